@@ -1,0 +1,348 @@
+package core
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// State is a broker's lifecycle stage.
+type State int32
+
+const (
+	Running  State = iota // accepting work
+	Draining              // Close began: no new publishes or subscriptions; workers finishing
+	Stopped               // Close finished: every worker has exited
+)
+
+func (s State) String() string {
+	switch s {
+	case Running:
+		return "running"
+	case Draining:
+		return "draining"
+	case Stopped:
+		return "stopped"
+	}
+	return fmt.Sprintf("State(%d)", int32(s))
+}
+
+// Config is what a broker is created with. Zero fields mean the defaults.
+type Config struct {
+	Clock Clock       // default WallClock
+	IDs   IDSource    // default NewIDSource
+	Retry RetryPolicy // every group's, unless the group sets its own
+}
+
+// Broker is the registry of topics and groups, and owns their lifecycle.
+// All its methods are safe for concurrent use.
+type Broker struct {
+	clock   Clock
+	ids     IDSource
+	retry   RetryPolicy
+	offsets *OffsetStore
+
+	// handlerCtx is every handler's context. It ends only when Close gives up
+	// on draining, to hurry the handlers still running.
+	handlerCtx    context.Context
+	stopHandlers  context.CancelFunc
+	state         atomic.Int32
+	progressWatch atomic.Int32 // Drain calls waiting; see notifyProgress
+
+	mu       sync.Mutex // guards the registries, closed and closeErr
+	topics   map[string]*Topic
+	groups   map[groupKey]*Group
+	closed   chan struct{} // made by the first Close, closed when it returns
+	closeErr error
+
+	progressMu sync.Mutex
+	progress   chan struct{} // closed and replaced when a group may have caught up
+}
+
+type groupKey struct{ topic, group string }
+
+// NewBroker returns a running broker.
+func NewBroker(cfg Config) (*Broker, error) {
+	retry, err := cfg.Retry.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = WallClock()
+	}
+	if cfg.IDs == nil {
+		cfg.IDs = NewIDSource()
+	}
+	b := &Broker{
+		clock:    cfg.Clock,
+		ids:      cfg.IDs,
+		retry:    retry,
+		offsets:  NewOffsetStore(),
+		topics:   make(map[string]*Topic),
+		groups:   make(map[groupKey]*Group),
+		progress: make(chan struct{}),
+	}
+	b.handlerCtx, b.stopHandlers = context.WithCancel(context.Background())
+	return b, nil
+}
+
+// State returns the broker's lifecycle stage.
+func (b *Broker) State() State { return State(b.state.Load()) }
+
+// Clock returns the broker's clock.
+func (b *Broker) Clock() Clock { return b.clock }
+
+// Offsets returns the broker's offset store.
+func (b *Broker) Offsets() *OffsetStore { return b.offsets }
+
+// CreateTopic registers a new topic.
+func (b *Broker) CreateTopic(name string, cfg TopicConfig) (*Topic, error) {
+	t, err := newTopic(b, name, cfg)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.State() != Running {
+		return nil, fmt.Errorf("%w: create topic %q", ErrClosed, name)
+	}
+	if _, ok := b.topics[name]; ok {
+		return nil, fmt.Errorf("%w: %q", ErrTopicExists, name)
+	}
+	b.topics[name] = t
+	return t, nil
+}
+
+// Topic returns the topic called name.
+func (b *Broker) Topic(name string) (*Topic, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.topics[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrTopicNotFound, name)
+	}
+	return t, nil
+}
+
+// Subscribe adds consumer to group on topic, creating the group (with cfg)
+// on first use, and rebalances. cfg is ignored when the group exists.
+// onLeave, when not nil, is called once the consumer has left and its
+// workers have stopped, by Leave or by Close. Every argument is checked
+// before anything changes.
+func (b *Broker) Subscribe(topic, group, consumer string, h Handler, onLeave func(), cfg GroupConfig) (*Group, error) {
+	switch {
+	case group == "":
+		return nil, fmt.Errorf("%w: topic %q: empty group name", ErrSubscription, topic)
+	case consumer == "":
+		return nil, fmt.Errorf("%w: topic %q group %q: empty consumer name", ErrSubscription, topic, group)
+	case h == nil:
+		return nil, fmt.Errorf("%w: topic %q group %q consumer %q: nil handler", ErrSubscription, topic, group, consumer)
+	}
+	t, err := b.Topic(topic)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	if b.State() != Running {
+		b.mu.Unlock()
+		return nil, fmt.Errorf("%w: subscribe to topic %q", ErrClosed, topic)
+	}
+	g, ok := b.groups[groupKey{topic, group}]
+	if !ok {
+		if g, err = newGroup(b, t, group, cfg); err != nil {
+			b.mu.Unlock()
+			return nil, fmt.Errorf("topic %q group %q: %w", topic, group, err)
+		}
+		b.groups[groupKey{topic, group}] = g
+	}
+	b.mu.Unlock()
+	// Outside b.mu: joining waits for workers.
+	if err := g.Join(consumer, h, onLeave); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// Group returns the group called name on topic.
+func (b *Broker) Group(name, topic string) (*Group, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.topics[topic]; !ok {
+		return nil, fmt.Errorf("%w: %q", ErrTopicNotFound, topic)
+	}
+	g, ok := b.groups[groupKey{topic, name}]
+	if !ok {
+		return nil, fmt.Errorf("%w: no group %q on topic %q", ErrSubscription, name, topic)
+	}
+	return g, nil
+}
+
+// Lag returns how many records of topic the group has yet to commit.
+func (b *Broker) Lag(group, topic string) (int64, error) {
+	g, err := b.Group(group, topic)
+	if err != nil {
+		return 0, err
+	}
+	return g.Lag(), nil
+}
+
+// Replay rewinds the group on every partition of topic; see Group.Replay.
+func (b *Broker) Replay(group, topic string, from int64) error {
+	g, err := b.Group(group, topic)
+	if err != nil {
+		return err
+	}
+	return g.Replay(from)
+}
+
+// Drain blocks until every group that can make progress has committed every
+// record published so far, or until ctx ends (its error, wrapped). A paused
+// group, or one whose consumers all left, cannot make progress: Drain does
+// not wait for it, and its Lag stays visible. Drain is woken by commits; it
+// does not poll.
+func (b *Broker) Drain(ctx context.Context) error {
+	for {
+		b.progressWatch.Add(1)
+		b.progressMu.Lock()
+		changed := b.progress
+		b.progressMu.Unlock()
+		done := b.caughtUp()
+		if !done {
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				done = true
+			}
+		}
+		b.progressWatch.Add(-1)
+		if done {
+			if err := ctx.Err(); err != nil && !b.caughtUp() {
+				return fmt.Errorf("drain: %w", err)
+			}
+			return nil
+		}
+	}
+}
+
+// notifyProgress wakes Drain. Callers: a commit that reached the end of its
+// partition, and every change that can make a group inactive or move its
+// cursor. One atomic load when nobody drains. As with Partition.notifyCommit,
+// Drain registers before it reads the cursors and committers write their
+// cursor before they look, so no wake-up is lost.
+func (b *Broker) notifyProgress() {
+	if b.progressWatch.Load() == 0 {
+		return
+	}
+	b.progressMu.Lock()
+	close(b.progress)
+	b.progress = make(chan struct{})
+	b.progressMu.Unlock()
+}
+
+func (b *Broker) caughtUp() bool {
+	for _, g := range b.groupList() {
+		if !g.active() {
+			continue
+		}
+		for _, gp := range g.parts {
+			if gp.cursor.Committed() < gp.part.End() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (b *Broker) groupList() []*Group {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	groups := make([]*Group, 0, len(b.groups))
+	for _, g := range b.groups {
+		groups = append(groups, g)
+	}
+	return groups
+}
+
+// Close shuts the broker down gracefully:
+//
+//  1. it refuses new publishes, topics and subscriptions (ErrClosed), and
+//     producers blocked on a full partition fail with ErrClosed;
+//  2. it drains, as Drain, bounded by ctx;
+//  3. if ctx ended first, it cancels the handlers' context;
+//  4. it stops every worker and waits for it, and tells every consumer it
+//     left (a Stream's channel closes);
+//  5. the state becomes Stopped.
+//
+// It returns nil when every group committed everything, and a
+// *ShutdownError listing each (group, topic, partition) left behind
+// otherwise, which wraps ctx's error when ctx ended first. Close is
+// idempotent and safe to call concurrently: later calls wait for the first
+// (bounded by their own ctx) and return its result. A handler must not call
+// Close: Close waits for the handler.
+func (b *Broker) Close(ctx context.Context) error {
+	b.mu.Lock()
+	first := b.closed == nil
+	if first {
+		b.closed = make(chan struct{})
+		b.state.Store(int32(Draining))
+	}
+	closed := b.closed
+	topics := make([]*Topic, 0, len(b.topics))
+	for _, t := range b.topics {
+		topics = append(topics, t)
+	}
+	b.mu.Unlock()
+	if !first {
+		select {
+		case <-closed:
+			return b.closeErr
+		case <-ctx.Done():
+			return fmt.Errorf("close: waiting for another Close: %w", ctx.Err())
+		}
+	}
+
+	for _, t := range topics {
+		for _, p := range t.parts {
+			p.seal()
+		}
+	}
+	drainErr := b.Drain(ctx)
+	if drainErr != nil {
+		b.stopHandlers()
+	}
+	groups := b.groupList()
+	for _, g := range groups {
+		g.stop()
+	}
+	b.stopHandlers()
+
+	var pending []Unfinished
+	for _, g := range groups {
+		for i, gp := range g.parts {
+			if c, end := gp.cursor.Committed(), gp.part.End(); c < end {
+				pending = append(pending, Unfinished{Group: g.name, Topic: g.topic.name, Partition: i, Committed: c, End: end})
+			}
+		}
+	}
+	slices.SortFunc(pending, func(x, y Unfinished) int {
+		return cmp.Or(cmp.Compare(x.Group, y.Group), cmp.Compare(x.Topic, y.Topic), cmp.Compare(x.Partition, y.Partition))
+	})
+	var err error
+	if len(pending) > 0 {
+		e := &ShutdownError{Unfinished: pending}
+		if drainErr != nil {
+			e.Err = ctx.Err()
+		}
+		err = e
+	}
+	b.mu.Lock()
+	b.closeErr = err
+	b.mu.Unlock()
+	b.state.Store(int32(Stopped))
+	close(closed)
+	b.notifyProgress()
+	return err
+}

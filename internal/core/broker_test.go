@@ -1,0 +1,755 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+func subscribe(t *testing.T, b *Broker, topic, group, consumer string, h Handler) *Group {
+	t.Helper()
+	g, err := b.Subscribe(topic, group, consumer, h, nil, GroupConfig{})
+	if err != nil {
+		t.Fatalf("Subscribe(%q, %q, %q): %v", topic, group, consumer, err)
+	}
+	return g
+}
+
+func TestTwoGroupsHaveIndependentCursorsAndPerKeyOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 2})
+		var billing, audit recorder
+		subscribe(t, b, "orders", "billing", "billing-1", billing.handler("billing-1"))
+		subscribe(t, b, "orders", "audit", "audit-1", audit.handler("audit-1"))
+
+		for _, e := range [][2]string{{"alice", "created"}, {"bob", "created"}, {"alice", "paid"}, {"alice", "shipped"}} {
+			publish(t, orders, e[0], e[0]+":"+e[1])
+		}
+		drain(t, b)
+
+		if got, want := sorted(billing.acked()), sorted(audit.acked()); !slices.Equal(got, want) || len(got) != 4 {
+			t.Fatalf("billing got %v, audit got %v; want the same 4 records each", got, want)
+		}
+		if got, want := billing.ackedByKey("alice"), []string{"alice:created", "alice:paid", "alice:shipped"}; !slices.Equal(got, want) {
+			t.Errorf("alice's records reached billing as %v, want %v", got, want)
+		}
+		for _, group := range []string{"billing", "audit"} {
+			if lag, err := b.Lag(group, "orders"); lag != 0 || err != nil {
+				t.Errorf("Lag(%s) = %d, %v; want 0", group, lag, err)
+			}
+		}
+		// The groups share records: both were handed the very same *Record.
+		byPos := map[Position]*Record{}
+		for _, d := range billing.snapshot() {
+			byPos[Position{d.rec.Partition, d.rec.Offset}] = d.rec
+		}
+		for _, d := range audit.snapshot() {
+			if byPos[Position{d.rec.Partition, d.rec.Offset}] != d.rec {
+				t.Errorf("record %d/%d was copied for audit", d.rec.Partition, d.rec.Offset)
+			}
+		}
+	})
+}
+
+func TestTransientFailureIsRetriedAndPoisonIsDeadLettered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 3, BaseDelay: time.Second, Multiplier: 2, MaxDelay: time.Minute}})
+		orders := mustTopic(t, b, "orders", TopicConfig{})
+		start := time.Now()
+		var times []time.Duration
+		shipping := recorder{fail: func(rec *Record, attempt int) error {
+			if string(rec.Value) == "bob:cancelled" {
+				times = append(times, time.Since(start))
+				return fmt.Errorf("cannot process %s", rec.Value)
+			}
+			if attempt == 1 {
+				return errors.New("transient")
+			}
+			return nil
+		}}
+		g := subscribe(t, b, "orders", "shipping", "shipping-1", shipping.handler("shipping-1"))
+		publish(t, orders, "alice", "alice:paid")
+		publish(t, orders, "bob", "bob:cancelled")
+		publish(t, orders, "alice", "alice:shipped")
+		drain(t, b)
+
+		if got, want := shipping.acked(), []string{"alice:paid", "alice:shipped"}; !slices.Equal(got, want) {
+			t.Errorf("acked %v, want %v", got, want)
+		}
+		if n := shipping.attemptsOf("alice:paid"); n != 2 {
+			t.Errorf("alice:paid delivered %d times, want 2", n)
+		}
+		letters := g.DeadLetters()
+		if len(letters) != 1 || string(letters[0].Record.Value) != "bob:cancelled" || letters[0].Attempts != 3 ||
+			letters[0].Err == nil || letters[0].Group != "shipping" {
+			t.Fatalf("dead letters %+v, want bob:cancelled after 3 attempts", letters)
+		}
+		// Backoff: attempts 1s then 2s apart (virtual time), after alice:paid's own 1s retry.
+		if want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}; !slices.Equal(times, want) {
+			t.Errorf("poison attempts at %v, want %v", times, want)
+		}
+		want := GroupStats{Delivered: 2, Retried: 4, DeadLettered: 1}
+		if got := g.Stats(); got != want {
+			t.Errorf("stats %+v, want %+v", got, want)
+		}
+		if lag := g.Lag(); lag != 0 {
+			t.Errorf("lag %d, want 0: the dead letter must let the partition move on", lag)
+		}
+	})
+}
+
+func TestPermanentErrorSkipsRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{})
+		h := recorder{fail: func(*Record, int) error { return fmt.Errorf("bad order: %w", ErrPermanent) }}
+		g := subscribe(t, b, "orders", "billing", "b1", h.handler("b1"))
+		publish(t, orders, "", "x")
+		drain(t, b)
+		if letters := g.DeadLetters(); len(letters) != 1 || letters[0].Attempts != 1 {
+			t.Fatalf("dead letters %+v, want one after 1 attempt", letters)
+		}
+		if s := g.Stats(); s.Retried != 0 || s.DeadLettered != 1 {
+			t.Errorf("stats %+v, want no retries and one dead letter", s)
+		}
+	})
+}
+
+func TestPanickingHandlerDoesNotKillItsWorker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 2}})
+		orders := mustTopic(t, b, "orders", TopicConfig{})
+		h := recorder{fail: func(rec *Record, _ int) error {
+			if string(rec.Value) == "boom" {
+				panic("handler bug")
+			}
+			return nil
+		}}
+		g := subscribe(t, b, "orders", "billing", "b1", h.handler("b1"))
+		publish(t, orders, "", "boom")
+		publish(t, orders, "", "after")
+		drain(t, b)
+		if got := h.acked(); !slices.Equal(got, []string{"after"}) {
+			t.Errorf("acked %v, want [after]: the worker must survive the panic", got)
+		}
+		letters := g.DeadLetters()
+		if len(letters) != 1 {
+			t.Fatalf("got %d dead letters, want 1", len(letters))
+		}
+		pe, ok := errors.AsType[*PanicError](letters[0].Err)
+		if !ok || pe.Value != "handler bug" || len(pe.Stack) == 0 || letters[0].Attempts != 2 {
+			t.Errorf("dead letter error %v (attempts %d), want a *PanicError with value and stack after 2 attempts",
+				letters[0].Err, letters[0].Attempts)
+		}
+	})
+}
+
+func TestBlockBackpressureThenReclaim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 2, BlockTimeout: 20 * time.Millisecond}})
+		publish(t, orders, "alice", "first")
+		publish(t, orders, "alice", "second")
+
+		start := time.Now()
+		_, err := orders.Publish(context.Background(), []byte("alice"), []byte("third"), nil)
+		wantErr(t, err, ErrBackpressure)
+		if waited := time.Since(start); waited != 20*time.Millisecond {
+			t.Errorf("the producer waited %v, want exactly the BlockTimeout", waited)
+		}
+		if s := orders.Partition(0).Stats(); s.End != 2 || s.Blocked != 1 || s.TimedOut != 1 {
+			t.Errorf("stats %+v: want end 2 (nothing appended), 1 blocked, 1 timed out", s)
+		}
+
+		var h recorder
+		subscribe(t, b, "orders", "billing", "b1", h.handler("b1"))
+		drain(t, b)
+		publish(t, orders, "alice", "third") // the committed records are reclaimed
+		drain(t, b)
+		if got := h.acked(); !slices.Equal(got, []string{"first", "second", "third"}) {
+			t.Errorf("acked %v", got)
+		}
+	})
+}
+
+// TestBlockedProducerWakesOnCommit: a producer parked on a full partition is
+// woken by the commit that frees room, before its timeout.
+func TestBlockedProducerWakesOnCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 1, BlockTimeout: time.Hour}})
+		release := make(chan struct{})
+		var h recorder
+		subscribe(t, b, "orders", "billing", "b1", func(ctx context.Context, rec *Record, attempt int) error {
+			<-release
+			return h.handler("b1")(ctx, rec, attempt)
+		})
+		publish(t, orders, "", "one")
+		start := time.Now()
+		done := make(chan error)
+		go func() {
+			_, err := orders.Publish(context.Background(), nil, []byte("two"), nil)
+			done <- err
+		}()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("the second publish returned %v while the partition was full", err)
+		default:
+		}
+		release <- struct{}{}
+		if err := <-done; err != nil {
+			t.Fatalf("publish after the commit: %v", err)
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Errorf("the producer waited %v of virtual time, want 0: it must wake on the commit", waited)
+		}
+		close(release)
+		drain(t, b)
+		if got := h.acked(); !slices.Equal(got, []string{"one", "two"}) {
+			t.Errorf("acked %v", got)
+		}
+	})
+}
+
+func TestDropOldestShedsAndFastForwardsASlowGroup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 3, OnFull: DropOldest}})
+		var h recorder
+		g := subscribe(t, b, "orders", "slow", "s1", h.handler("s1"))
+		g.Pause()
+		for _, v := range values("e", 6) {
+			publish(t, orders, "", v)
+		}
+		if s := orders.Partition(0).Stats(); s.Dropped != 3 || s.Earliest != 3 || s.End != 6 {
+			t.Fatalf("stats %+v, want 3 dropped, earliest 3, end 6", s)
+		}
+		g.Resume()
+		drain(t, b)
+		if got := h.acked(); !slices.Equal(got, []string{"e003", "e004", "e005"}) {
+			t.Errorf("the slow group got %v, want the 3 retained records", got)
+		}
+		if s := g.Stats(); s.Skipped != 3 || s.Delivered != 3 {
+			t.Errorf("stats %+v, want 3 skipped and 3 delivered", s)
+		}
+	})
+}
+
+func TestAgeRetentionOnAFakeClock(t *testing.T) {
+	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	b := newBroker(t, Config{Clock: clock})
+	orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxAge: 10 * time.Second}})
+	publish(t, orders, "", "old-1")
+	publish(t, orders, "", "old-2")
+	clock.Advance(10 * time.Second)
+	publish(t, orders, "", "edge") // exactly MaxAge old later: kept
+	clock.Advance(time.Second)
+	publish(t, orders, "", "new")
+	s := orders.Partition(0).Stats()
+	if s.Expired != 2 || s.Earliest != 2 || s.End != 4 {
+		t.Fatalf("stats %+v, want the 2 records older than 10s expired", s)
+	}
+	var h recorder
+	g := subscribe(t, b, "orders", "late", "l1", h.handler("l1"))
+	drain(t, b)
+	if got := h.acked(); !slices.Equal(got, []string{"edge", "new"}) {
+		t.Errorf("acked %v, want [edge new]", got)
+	}
+	if s := g.Stats(); s.Skipped != 2 {
+		t.Errorf("skipped %d, want 2", s.Skipped)
+	}
+}
+
+// TestConcurrentProducers: 8 producers × 50 records into 4 partitions, two
+// consumers in one group, no failures: unique offsets, exactly-once delivery.
+func TestConcurrentProducers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 4, Retention: Retention{MaxMessages: 512}})
+		var h recorder
+		subscribe(t, b, "orders", "billing", "b1", h.handler("b1"))
+		subscribe(t, b, "orders", "billing", "b2", h.handler("b2"))
+
+		var mu sync.Mutex
+		placed := map[Position]bool{}
+		var wg sync.WaitGroup
+		for p := range 8 {
+			wg.Go(func() {
+				for i := range 50 {
+					n := p*50 + i
+					pos, err := orders.Publish(context.Background(), fmt.Appendf(nil, "user-%d", n), fmt.Appendf(nil, "event-%03d", n), nil)
+					if err != nil {
+						t.Errorf("publish %d: %v", n, err)
+						return
+					}
+					mu.Lock()
+					if placed[pos] {
+						t.Errorf("position %+v handed out twice", pos)
+					}
+					placed[pos] = true
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		var ends int64
+		for i := range 4 {
+			ends += orders.Partition(i).End()
+		}
+		if len(placed) != 400 || ends != 400 {
+			t.Fatalf("%d unique positions and %d records in the log, want 400 each", len(placed), ends)
+		}
+		drain(t, b)
+		if got, want := sorted(h.acked()), values("event-", 400); !slices.Equal(got, want) {
+			t.Errorf("delivered %d records (with duplicates or gaps), want each of 400 exactly once", len(got))
+		}
+		consumers := map[string]bool{}
+		for _, d := range h.snapshot() {
+			consumers[d.consumer] = true
+		}
+		if len(consumers) != 2 {
+			t.Errorf("deliveries went to %v, want both consumers", consumers)
+		}
+	})
+}
+
+func TestReplayRedeliversEverything(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 2})
+		var h recorder
+		subscribe(t, b, "orders", "billing", "b1", h.handler("b1"))
+		for _, v := range values("e", 6) {
+			publish(t, orders, "", v)
+		}
+		drain(t, b)
+		if err := b.Replay("billing", "orders", 0); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, b)
+		if got := h.acked(); len(got) != 12 {
+			t.Fatalf("acked %d records, want 12 (6, then 6 again)", len(got))
+		}
+		if got, want := sorted(h.acked()[6:]), values("e", 6); !slices.Equal(got, want) {
+			t.Errorf("replay delivered %v, want %v", got, want)
+		}
+		for _, d := range h.snapshot()[6:] {
+			if d.attempt != 1 {
+				t.Errorf("replayed %s with attempt %d, want 1: a replay starts a new epoch", d.rec.Value, d.attempt)
+			}
+		}
+		// Replay from the middle: max(from, earliest), per partition.
+		if err := b.Replay("billing", "orders", 2); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, b)
+		if got := len(h.acked()); got != 14 {
+			t.Errorf("after a replay from offset 2 of partitions holding 3 each, %d acked in all, want 14", got)
+		}
+	})
+}
+
+func TestLateSubscriberReadsTheBacklog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{})
+		for _, v := range values("e", 5) {
+			publish(t, orders, "", v)
+		}
+		var h recorder
+		subscribe(t, b, "orders", "late", "l1", h.handler("l1"))
+		drain(t, b)
+		if got, want := h.acked(), values("e", 5); !slices.Equal(got, want) {
+			t.Errorf("late group got %v, want %v in order", got, want)
+		}
+	})
+}
+
+// TestRebalanceNeitherLosesNorRedelivers: a consumer joins while the
+// partition that moves is in the middle of a delivery. The join waits for
+// that delivery to finish and commit; the new owner starts after it.
+func TestRebalanceNeitherLosesNorRedelivers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 2})
+		var h recorder
+		gate := make(chan struct{})
+		var gated sync.Once
+		slow := func(ctx context.Context, rec *Record, attempt int) error {
+			if rec.Partition == 1 {
+				gated.Do(func() { <-gate })
+			}
+			return h.handler("c1")(ctx, rec, attempt)
+		}
+		g := subscribe(t, b, "orders", "billing", "c1", slow)
+		for i := range 20 {
+			publish(t, orders, "", fmt.Sprintf("e%03d", i)) // round robin over both partitions
+		}
+		synctest.Wait() // c1 is inside the handler for partition 1's first record
+
+		joined := make(chan error)
+		go func() {
+			_, err := b.Subscribe("orders", "billing", "c2", h.handler("c2"), nil, GroupConfig{})
+			joined <- err
+		}()
+		synctest.Wait()
+		select {
+		case err := <-joined:
+			t.Fatalf("join returned (%v) before the moving partition's delivery finished", err)
+		default:
+		}
+		close(gate)
+		if err := <-joined; err != nil {
+			t.Fatal(err)
+		}
+		if got := g.Assignment(); !slices.Equal(got["c1"], []int{0}) || !slices.Equal(got["c2"], []int{1}) {
+			t.Errorf("assignment %v, want c1:[0] c2:[1]", got)
+		}
+		for i := 20; i < 40; i++ {
+			publish(t, orders, "", fmt.Sprintf("e%03d", i))
+		}
+		drain(t, b)
+		if got, want := sorted(h.acked()), values("e", 40); !slices.Equal(got, want) {
+			t.Fatalf("delivered %d records, want each of 40 exactly once", len(got))
+		}
+		if n := len(h.snapshot()); n != 40 {
+			t.Errorf("%d handler calls for 40 records: a clean rebalance redelivers nothing", n)
+		}
+	})
+}
+
+func TestLeaveRebalancesToTheRest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 3})
+		var h recorder
+		g := subscribe(t, b, "orders", "billing", "c1", h.handler("c1"))
+		subscribe(t, b, "orders", "billing", "c2", h.handler("c2"))
+		left := false
+		if _, err := b.Subscribe("orders", "billing", "c3", h.handler("c3"), func() { left = true }, GroupConfig{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Leave("c3"); err != nil {
+			t.Fatal(err)
+		}
+		if !left {
+			t.Error("onLeave was not called")
+		}
+		if got := g.Assignment(); len(got) != 2 || len(got["c1"])+len(got["c2"]) != 3 {
+			t.Fatalf("assignment %v after c3 left, want 3 partitions over c1 and c2", got)
+		}
+		for _, v := range values("e", 9) {
+			publish(t, orders, "", v)
+		}
+		drain(t, b)
+		for _, d := range h.snapshot() {
+			if d.consumer == "c3" {
+				t.Errorf("c3 got %s after it left", d.rec.Value)
+			}
+		}
+		if got := sorted(h.acked()); !slices.Equal(got, values("e", 9)) {
+			t.Errorf("acked %v", got)
+		}
+		wantErr(t, g.Leave("c3"), ErrSubscription)
+	})
+}
+
+func TestSeek(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{})
+		var h recorder
+		g := subscribe(t, b, "orders", "billing", "b1", h.handler("b1"))
+		for _, v := range values("e", 5) {
+			publish(t, orders, "", v)
+		}
+		drain(t, b)
+		if err := g.Seek(0, 3); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, b)
+		if got := h.acked()[5:]; !slices.Equal(got, []string{"e003", "e004"}) {
+			t.Errorf("after Seek(0, 3) got %v, want [e003 e004]", got)
+		}
+		wantErr(t, g.Seek(0, 6), ErrOffsetOutOfRange)
+		wantErr(t, g.Seek(0, -1), ErrOffsetOutOfRange)
+		wantErr(t, g.Seek(1, 0), ErrInvalid)
+		if err := g.Seek(0, 5); err != nil || g.Committed(0) != 5 {
+			t.Errorf("Seek to the end: %v, committed %d; want nil, 5", err, g.Committed(0))
+		}
+	})
+}
+
+func TestPauseAndResume(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{})
+		var h recorder
+		g := subscribe(t, b, "orders", "billing", "b1", h.handler("b1"))
+		g.Pause()
+		publish(t, orders, "", "while-paused")
+		drain(t, b) // does not wait for a paused group
+		synctest.Wait()
+		if got := h.acked(); len(got) != 0 || g.Lag() != 1 || !g.Paused() {
+			t.Fatalf("a paused group got %v (lag %d)", got, g.Lag())
+		}
+		g.Resume()
+		drain(t, b)
+		if got := h.acked(); !slices.Equal(got, []string{"while-paused"}) || g.Lag() != 0 {
+			t.Errorf("after Resume got %v, lag %d", got, g.Lag())
+		}
+	})
+}
+
+func TestDeliveryStateWalk(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 2, BaseDelay: time.Second}})
+		orders := mustTopic(t, b, "orders", TopicConfig{})
+		step := make(chan error)
+		g := subscribe(t, b, "orders", "billing", "b1", func(context.Context, *Record, int) error { return <-step })
+		synctest.Wait()
+		check := func(want DeliveryState, committed int64) {
+			t.Helper()
+			synctest.Wait()
+			if got := g.DeliveryState(0); got != want || g.Committed(0) != committed {
+				t.Fatalf("state %v committed %d, want %v committed %d", got, g.Committed(0), want, committed)
+			}
+		}
+		check(Pending, 0)
+		publish(t, orders, "", "a")
+		check(InFlight, 0)
+		step <- nil
+		check(Acked, 1)
+		publish(t, orders, "", "b")
+		check(InFlight, 1)
+		step <- errors.New("no")
+		check(RetryScheduled, 1)
+		time.Sleep(time.Second) // the backoff, in virtual time
+		check(InFlight, 1)
+		step <- errors.New("no again")
+		check(DeadLettered, 2)
+	})
+}
+
+func TestGracefulShutdownThenClosedErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 2})
+		var h recorder
+		var left sync.WaitGroup
+		left.Add(1)
+		if _, err := b.Subscribe("orders", "billing", "b1", h.handler("b1"), left.Done, GroupConfig{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range values("e", 10) {
+			publish(t, orders, "", v)
+		}
+		if err := b.Close(context.Background()); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		left.Wait() // Close told the consumer it left
+		if got := sorted(h.acked()); !slices.Equal(got, values("e", 10)) {
+			t.Errorf("Close stopped before the drain: acked %v", got)
+		}
+		if s := b.State(); s != Stopped {
+			t.Errorf("state %v, want stopped", s)
+		}
+		_, err := orders.Publish(context.Background(), nil, []byte("late"), nil)
+		wantErr(t, err, ErrClosed)
+		_, err = b.Subscribe("orders", "billing", "b2", h.handler("b2"), nil, GroupConfig{})
+		wantErr(t, err, ErrClosed)
+		_, err = b.CreateTopic("more", TopicConfig{})
+		wantErr(t, err, ErrClosed)
+		if err := b.Close(context.Background()); err != nil {
+			t.Errorf("second Close: %v, want nil (idempotent)", err)
+		}
+	})
+}
+
+func TestCloseWhileAProducerIsBlocked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 2, BlockTimeout: time.Hour}})
+		publish(t, orders, "", "a")
+		publish(t, orders, "", "b")
+		blocked := make(chan error)
+		go func() {
+			_, err := orders.Publish(context.Background(), nil, []byte("c"), nil)
+			blocked <- err
+		}()
+		synctest.Wait() // the producer is parked on the full partition
+		if err := b.Close(context.Background()); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		wantErr(t, <-blocked, ErrClosed)
+		if end := orders.Partition(0).End(); end != 2 {
+			t.Errorf("end offset %d after Close, want 2: the parked producer must not append", end)
+		}
+	})
+}
+
+func TestPublishHonoursItsContextWhileBlocked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 1, BlockTimeout: time.Hour}})
+		publish(t, orders, "", "a")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := orders.Publish(ctx, nil, []byte("b"), nil)
+		wantErr(t, err, context.DeadlineExceeded)
+		if end := orders.Partition(0).End(); end != 1 {
+			t.Errorf("end %d, want 1", end)
+		}
+	})
+}
+
+// TestCloseReportsWhatWasLeft: Close's ctx ends while a handler is stuck.
+// Close cancels the handlers' context, stops everything, and names the
+// partition it could not drain.
+func TestCloseReportsWhatWasLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 2})
+		var h recorder
+		subscribe(t, b, "orders", "billing", "b1", func(ctx context.Context, rec *Record, attempt int) error {
+			if rec.Partition == 1 {
+				<-ctx.Done() // stuck until Close gives up
+				return ctx.Err()
+			}
+			return h.handler("b1")(ctx, rec, attempt)
+		})
+		for _, v := range values("e", 4) {
+			publish(t, orders, "", v)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := b.Close(ctx)
+		wantErr(t, err, context.DeadlineExceeded)
+		se, ok := errors.AsType[*ShutdownError](err)
+		want := []Unfinished{{Group: "billing", Topic: "orders", Partition: 1, Committed: 0, End: 2}}
+		if !ok || !slices.Equal(se.Unfinished, want) {
+			t.Fatalf("Close error %v, want a ShutdownError naming %+v", err, want)
+		}
+		if b.State() != Stopped {
+			t.Errorf("state %v, want stopped", b.State())
+		}
+		if got := h.acked(); !slices.Equal(got, []string{"e000", "e002"}) {
+			t.Errorf("partition 0 acked %v, want it drained", got)
+		}
+	})
+}
+
+func TestConcurrentCloseIsIdempotent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 4})
+		var h recorder
+		subscribe(t, b, "orders", "billing", "b1", h.handler("b1"))
+		for _, v := range values("e", 40) {
+			publish(t, orders, "", v)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		for i := range errs {
+			wg.Go(func() { errs[i] = b.Close(context.Background()) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("Close #%d: %v", i, err)
+			}
+		}
+		if len(h.acked()) != 40 || b.State() != Stopped {
+			t.Errorf("acked %d of 40, state %v", len(h.acked()), b.State())
+		}
+	})
+}
+
+// TestStopMidBackoffDoesNotCommit: at-least-once. A worker stopped while it
+// waits out a backoff leaves the offset uncommitted; the record comes back,
+// with its attempt count carried on.
+func TestStopMidBackoffDoesNotCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 5, BaseDelay: time.Hour}})
+		orders := mustTopic(t, b, "orders", TopicConfig{})
+		var h recorder
+		h.fail = func(_ *Record, attempt int) error {
+			if attempt == 1 {
+				return errors.New("transient")
+			}
+			return nil
+		}
+		g := subscribe(t, b, "orders", "billing", "c1", h.handler("c1"))
+		publish(t, orders, "", "x")
+		synctest.Wait()
+		if g.DeliveryState(0) != RetryScheduled {
+			t.Fatalf("state %v, want retry-scheduled", g.DeliveryState(0))
+		}
+		g.Pause() // interrupts the hour-long backoff
+		if c := g.Committed(0); c != 0 {
+			t.Fatalf("committed %d after a stop mid-backoff, want 0", c)
+		}
+		g.Resume()
+		drain(t, b)
+		calls := h.snapshot()
+		if len(calls) != 2 || calls[1].attempt != 2 || calls[1].err != nil {
+			t.Errorf("calls %+v, want the record again with attempt 2", calls)
+		}
+	})
+}
+
+func TestInvalidRequests(t *testing.T) {
+	b := newBroker(t, Config{})
+	mustTopic(t, b, "orders", TopicConfig{})
+	nop := func(context.Context, *Record, int) error { return nil }
+	_, err := NewBroker(Config{Retry: RetryPolicy{MaxAttempts: -1}})
+	wantErr(t, err, ErrInvalid)
+	tests := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"negative partitions", second(b.CreateTopic("t1", TopicConfig{Partitions: -1})), ErrInvalid},
+		{"negative capacity", second(b.CreateTopic("t2", TopicConfig{Retention: Retention{MaxMessages: -1}})), ErrInvalid},
+		{"empty topic name", second(b.CreateTopic("", TopicConfig{})), ErrInvalid},
+		{"topic twice", second(b.CreateTopic("orders", TopicConfig{})), ErrTopicExists},
+		{"unknown topic", second(b.Topic("nope")), ErrTopicNotFound},
+		{"subscribe unknown topic", second(b.Subscribe("nope", "g", "c", nop, nil, GroupConfig{})), ErrTopicNotFound},
+		{"empty group", second(b.Subscribe("orders", "", "c", nop, nil, GroupConfig{})), ErrSubscription},
+		{"empty consumer", second(b.Subscribe("orders", "g", "", nop, nil, GroupConfig{})), ErrSubscription},
+		{"nil handler", second(b.Subscribe("orders", "g", "c", nil, nil, GroupConfig{})), ErrSubscription},
+		{"negative group retries", second(b.Subscribe("orders", "g", "c", nop, nil, GroupConfig{Retry: RetryPolicy{MaxAttempts: -2}})), ErrInvalid},
+		{"negative dead-letter limit", second(b.Subscribe("orders", "g", "c", nop, nil, GroupConfig{DeadLetterLimit: -1})), ErrInvalid},
+		{"lag of unknown group", second(b.Lag("nope", "orders")), ErrSubscription},
+		{"replay unknown group", b.Replay("nope", "orders", 0), ErrSubscription},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { wantErr(t, tt.err, tt.want) })
+	}
+	// None of the failed subscriptions left a group behind to hold records.
+	if _, err := b.Group("g", "orders"); !errors.Is(err, ErrSubscription) {
+		t.Errorf("a failed Subscribe created group g: %v", err)
+	}
+}
+
+func TestDuplicateConsumerName(t *testing.T) {
+	b := newBroker(t, Config{})
+	mustTopic(t, b, "orders", TopicConfig{})
+	nop := func(context.Context, *Record, int) error { return nil }
+	subscribe(t, b, "orders", "billing", "b1", nop)
+	_, err := b.Subscribe("orders", "billing", "b1", nop, nil, GroupConfig{})
+	wantErr(t, err, ErrSubscription)
+	g, _ := b.Group("billing", "orders")
+	if m := g.Members(); !slices.Equal(m, []string{"b1"}) {
+		t.Errorf("members %v, want [b1]", m)
+	}
+}
+
+func second[T any](_ T, err error) error { return err }

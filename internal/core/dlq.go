@@ -1,0 +1,45 @@
+package core
+
+import (
+	"sync"
+	"time"
+)
+
+// DeadLetter is a record a group gave up on, and why.
+type DeadLetter struct {
+	Record   *Record
+	Group    string
+	Attempts int   // deliveries made, the last one included
+	Err      error // the last attempt's error
+	FailedAt time.Time
+}
+
+// DefaultDeadLetterLimit is how many dead letters a group keeps by default.
+const DefaultDeadLetterLimit = 1024
+
+// deadLetters is one group's dead-letter queue: bounded, oldest evicted
+// first, every eviction counted.
+type deadLetters struct {
+	mu      sync.Mutex // guards letters and evicted
+	limit   int
+	letters []DeadLetter
+	evicted int64
+}
+
+func (q *deadLetters) add(l DeadLetter) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.letters) == q.limit {
+		copy(q.letters, q.letters[1:])
+		q.letters = q.letters[:len(q.letters)-1]
+		q.evicted++
+	}
+	q.letters = append(q.letters, l)
+}
+
+// snapshot returns a copy of the letters, oldest first, and the eviction count.
+func (q *deadLetters) snapshot() ([]DeadLetter, int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([]DeadLetter(nil), q.letters...), q.evicted
+}

@@ -1,0 +1,94 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// The sentinel errors of the engine. The typed API re-exports these very
+// values, so errors.Is works across the boundary; every place that returns one
+// wraps it with the topic, partition, offset or group it concerns.
+var (
+	// ErrTopicExists: creating a topic whose name is taken.
+	ErrTopicExists = errors.New("logbus: topic already exists")
+	// ErrTopicNotFound: naming a topic that was never created.
+	ErrTopicNotFound = errors.New("logbus: topic not found")
+	// ErrClosed: the broker is draining or stopped and takes no new work.
+	ErrClosed = errors.New("logbus: broker closed")
+	// ErrBackpressure: a Block partition stayed full for its whole BlockTimeout.
+	ErrBackpressure = errors.New("logbus: partition full")
+	// ErrOffsetOutOfRange: an offset below the earliest retained record or
+	// past the end of the partition.
+	ErrOffsetOutOfRange = errors.New("logbus: offset out of range")
+	// ErrSubscription: an empty group or consumer name, a duplicate consumer,
+	// a nil handler, or an unknown group or consumer.
+	ErrSubscription = errors.New("logbus: invalid subscription")
+	// ErrInvalid: an impossible configuration value.
+	ErrInvalid = errors.New("logbus: invalid argument")
+	// ErrPermanent is wrapped by handler errors that retrying cannot fix: the
+	// record goes to the dead-letter queue after one attempt.
+	ErrPermanent = errors.New("logbus: permanent failure")
+)
+
+// ErrAbandoned is returned by a handler that gives a delivery back without an
+// outcome (a Stream closed while it held the delivery). The worker neither
+// commits nor counts a failure; the record is delivered again to the
+// partition's next owner. It never reaches users.
+var ErrAbandoned = errors.New("logbus: delivery abandoned")
+
+// PanicError is what a handler's panic becomes: the worker recovers it, keeps
+// running, and counts the delivery as a failed attempt.
+type PanicError struct {
+	Value any    // the value passed to panic
+	Stack []byte // the handler goroutine's stack at the panic
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("logbus: handler panicked: %v", e.Value)
+}
+
+// Unwrap returns the panic value when it is an error, so errors.Is sees
+// through a panic(err).
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// Unfinished describes one partition a group had not finished when the broker
+// stopped.
+type Unfinished struct {
+	Group     string
+	Topic     string
+	Partition int
+	Committed int64 // the next offset the group would have read
+	End       int64 // the offset the next published record would have had
+}
+
+// ShutdownError is returned by Close when records were left undelivered:
+// because the caller's context ended before the drain finished, or because a
+// paused or memberless group could not drain at all.
+type ShutdownError struct {
+	Unfinished []Unfinished
+	Err        error // the context's error, or nil when the context did not end
+}
+
+func (e *ShutdownError) Error() string {
+	var b strings.Builder
+	b.WriteString("logbus: close left records undelivered")
+	if e.Err != nil {
+		fmt.Fprintf(&b, " (%v)", e.Err)
+	}
+	for i, p := range e.Unfinished {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "group %q topic %q partition %d committed %d end %d",
+			p.Group, p.Topic, p.Partition, p.Committed, p.End)
+	}
+	return b.String()
+}
+
+func (e *ShutdownError) Unwrap() error { return e.Err }

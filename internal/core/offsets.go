@@ -1,0 +1,74 @@
+package core
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Cursor holds one group's committed offset for one partition: the offset of
+// the next record the group will read. It is the only copy of the group's
+// progress, so a worker can stop at any moment and the next one resumes
+// exactly here.
+//
+// Commit is a compare-and-set and moves only forward; Seek is the only way
+// backwards. A late ack from a worker that was interrupted by a seek fails
+// its compare-and-set instead of clobbering the seek.
+type Cursor struct {
+	next atomic.Int64 // lock-free: a worker commits once per record
+}
+
+// Committed returns the next offset to read.
+func (c *Cursor) Committed() int64 { return c.next.Load() }
+
+// Commit moves the cursor from expected to next and reports whether it did:
+// it does nothing when the cursor is not at expected or next is not ahead of
+// it.
+func (c *Cursor) Commit(expected, next int64) bool {
+	return next > expected && c.next.CompareAndSwap(expected, next)
+}
+
+// Set moves the cursor to offset unconditionally, backwards included: it is
+// how a seek or a replay lands. Callers check the range.
+func (c *Cursor) Set(offset int64) { c.next.Store(offset) }
+
+// OffsetKey names one cursor.
+type OffsetKey struct {
+	Group     string
+	Topic     string
+	Partition int
+}
+
+// OffsetStore maps (group, topic, partition) to its Cursor. A key never seen
+// reads as 0: a new group starts at the oldest record.
+type OffsetStore struct {
+	mu      sync.Mutex // guards cursors
+	cursors map[OffsetKey]*Cursor
+}
+
+// NewOffsetStore returns an empty store.
+func NewOffsetStore() *OffsetStore {
+	return &OffsetStore{cursors: make(map[OffsetKey]*Cursor)}
+}
+
+// Cursor returns the cursor for k, creating it at offset 0.
+func (s *OffsetStore) Cursor(k OffsetKey) *Cursor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.cursors[k]
+	if !ok {
+		c = &Cursor{}
+		s.cursors[k] = c
+	}
+	return c
+}
+
+// Committed returns the next offset to read for k.
+func (s *OffsetStore) Committed(k OffsetKey) int64 { return s.Cursor(k).Committed() }
+
+// Commit is Cursor.Commit for k.
+func (s *OffsetStore) Commit(k OffsetKey, expected, next int64) bool {
+	return s.Cursor(k).Commit(expected, next)
+}
+
+// Set is Cursor.Set for k.
+func (s *OffsetStore) Set(k OffsetKey, offset int64) { s.Cursor(k).Set(offset) }

@@ -1,0 +1,357 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// FullPolicy is what a full partition does with a new record.
+type FullPolicy int
+
+const (
+	// Block makes the producer wait for room, at most BlockTimeout and never
+	// past its context, then fail with ErrBackpressure.
+	Block FullPolicy = iota
+	// DropOldest evicts the oldest record, read or not, and counts it.
+	DropOldest
+)
+
+func (f FullPolicy) String() string {
+	switch f {
+	case Block:
+		return "Block"
+	case DropOldest:
+		return "DropOldest"
+	}
+	return fmt.Sprintf("FullPolicy(%d)", int(f))
+}
+
+// Retention bounds a partition. Zero fields mean the defaults.
+type Retention struct {
+	MaxMessages  int           // records held at most; default 1024
+	MaxAge       time.Duration // trim records older than this; 0 keeps them
+	OnFull       FullPolicy    // default Block
+	BlockTimeout time.Duration // longest wait for room under Block; default 1s
+}
+
+// Defaults of Retention.
+const (
+	DefaultMaxMessages  = 1024
+	DefaultBlockTimeout = time.Second
+)
+
+// Resolve checks r and fills its zero fields with the defaults.
+func (r Retention) Resolve() (Retention, error) {
+	switch {
+	case r.MaxMessages < 0:
+		return r, fmt.Errorf("%w: retention MaxMessages %d is negative", ErrInvalid, r.MaxMessages)
+	case r.MaxAge < 0:
+		return r, fmt.Errorf("%w: retention MaxAge %v is negative", ErrInvalid, r.MaxAge)
+	case r.BlockTimeout < 0:
+		return r, fmt.Errorf("%w: retention BlockTimeout %v is negative", ErrInvalid, r.BlockTimeout)
+	case r.OnFull != Block && r.OnFull != DropOldest:
+		return r, fmt.Errorf("%w: retention OnFull %v", ErrInvalid, r.OnFull)
+	}
+	if r.MaxMessages == 0 {
+		r.MaxMessages = DefaultMaxMessages
+	}
+	if r.BlockTimeout == 0 {
+		r.BlockTimeout = DefaultBlockTimeout
+	}
+	return r, nil
+}
+
+// PartitionStats counts what happened to one partition's records.
+type PartitionStats struct {
+	Earliest int64 // offset of the oldest retained record
+	End      int64 // offset the next record will get
+	Retained int   // records held now
+	Dropped  int64 // records DropOldest evicted
+	Expired  int64 // records MaxAge trimmed
+	Blocked  int64 // publishes that had to wait for room
+	TimedOut int64 // publishes that gave up with ErrBackpressure
+}
+
+// Partition is a bounded, append-only log. Offsets are dense from 0 and never
+// reused: trimming moves the earliest offset up, never the end down.
+//
+// Records leave in three ways, all under mu:
+//   - reclaim: when the log is full, records below the low-water mark (the
+//     slowest subscribed group's committed offset) are freed. Nothing is
+//     freed earlier, so a group can replay what it already read, and nothing
+//     is freed while no group is subscribed, so a late group reads the
+//     backlog.
+//   - drop: under DropOldest, when reclaiming is not enough, the oldest
+//     record goes even if a group has not read it (counted in Dropped).
+//   - expiry: records older than MaxAge go on the next append or read
+//     (counted in Expired).
+//
+// A group that finds its offset trimmed skips to the earliest record and
+// counts the gap; see worker.
+type Partition struct {
+	topic string
+	index int
+	ret   Retention
+	clock Clock
+
+	// end mirrors next for lock-free readers (Drain, Lag). Written under mu.
+	end atomic.Int64
+
+	// roomWaiting is set by a producer about to wait for room and cleared by
+	// whoever wakes it. Committers read it without mu: see notifyCommit.
+	roomWaiting atomic.Bool
+
+	mu          sync.Mutex // guards everything below
+	ring        []*Record  // the retained records, oldest at head
+	head, size  int
+	base, next  int64          // offsets of the oldest retained record and of the next one
+	cursors     []*Cursor      // one per subscribed group: the low-water mark is their minimum
+	sealed      bool           // Close began: appends fail with ErrClosed
+	dataReady   chan struct{}  // closed by the append after a reader found nothing to read
+	dataWaiting bool           // someone holds dataReady
+	room        chan struct{}  // closed when room may have appeared, or on seal
+	stats       PartitionStats // Dropped, Expired, Blocked, TimedOut
+	_           [0]func()      // not comparable, not copyable by accident
+}
+
+func newPartition(topic string, index int, ret Retention, clock Clock) *Partition {
+	return &Partition{
+		topic:     topic,
+		index:     index,
+		ret:       ret,
+		clock:     clock,
+		ring:      make([]*Record, ret.MaxMessages),
+		dataReady: make(chan struct{}),
+		room:      make(chan struct{}),
+	}
+}
+
+// Index is the partition's number within its topic.
+func (p *Partition) Index() int { return p.index }
+
+// End is the offset the next record will get.
+func (p *Partition) End() int64 { return p.end.Load() }
+
+// Append stores rec at the end of the log, setting rec.Offset, and wakes the
+// readers waiting for it. When the log is full it reclaims, drops or blocks as
+// the retention says; a blocked Append returns when room appears, when
+// BlockTimeout passes (ErrBackpressure), when ctx ends (ctx's error) or when
+// the partition is sealed (ErrClosed). A failed Append stores nothing.
+//
+// rec must not be touched by the caller afterwards.
+func (p *Partition) Append(ctx context.Context, rec *Record) (int64, error) {
+	var (
+		timeout  <-chan time.Time // started on the first wait, shared by the later ones
+		timedOut bool
+	)
+	for {
+		now := p.now()
+		p.mu.Lock()
+		if p.sealed {
+			p.mu.Unlock()
+			return 0, fmt.Errorf("%w: publish to topic %q partition %d", ErrClosed, p.topic, p.index)
+		}
+		p.expireLocked(now)
+		if p.size < len(p.ring) {
+			break
+		}
+		if p.ret.OnFull == Block {
+			// Announce the wait before looking at the cursors: a commit either
+			// lands before the look (and frees room now) or sees the flag and
+			// wakes us. See notifyCommit.
+			p.roomWaiting.Store(true)
+		}
+		p.reclaimLocked()
+		if p.size < len(p.ring) {
+			break
+		}
+		if p.ret.OnFull == DropOldest {
+			p.evictLocked()
+			p.stats.Dropped++
+			break
+		}
+		if timedOut { // the last look after the deadline found no room either
+			p.stats.TimedOut++
+			p.mu.Unlock()
+			return 0, fmt.Errorf("%w: topic %q partition %d held %d records for %v",
+				ErrBackpressure, p.topic, p.index, p.ret.MaxMessages, p.ret.BlockTimeout)
+		}
+		if timeout == nil {
+			p.stats.Blocked++
+			t := time.NewTimer(p.ret.BlockTimeout)
+			defer t.Stop()
+			timeout = t.C
+		}
+		room := p.room
+		p.mu.Unlock()
+		select {
+		case <-room:
+		case <-timeout:
+			timedOut = true
+		case <-ctx.Done():
+			return 0, fmt.Errorf("publish to topic %q partition %d: waiting for room: %w", p.topic, p.index, ctx.Err())
+		}
+	}
+	// mu is held here, and there is room.
+	off := p.next
+	rec.Offset = off
+	p.ring[(p.head+p.size)%len(p.ring)] = rec
+	p.size++
+	p.next++
+	p.end.Store(p.next)
+	if p.dataWaiting {
+		close(p.dataReady)
+		p.dataReady = make(chan struct{})
+		p.dataWaiting = false
+	}
+	p.mu.Unlock()
+	return off, nil
+}
+
+// Read copies the records from offset on into dst, as many as fit, and
+// returns how many it copied. When offset is below the earliest retained
+// record it copies nothing and returns that earliest offset as skipTo. When
+// offset is at the end it copies nothing and returns a channel that the next
+// Append closes.
+func (p *Partition) Read(offset int64, dst []*Record) (n int, skipTo int64, ready <-chan struct{}) {
+	now := p.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.expireLocked(now)
+	switch {
+	case offset < p.base:
+		return 0, p.base, nil
+	case offset >= p.next:
+		p.dataWaiting = true
+		return 0, 0, p.dataReady
+	}
+	start := p.head + int(offset-p.base)
+	n = min(len(dst), int(p.next-offset))
+	for i := range n {
+		dst[i] = p.ring[(start+i)%len(p.ring)]
+	}
+	return n, 0, nil
+}
+
+// notifyCommit wakes producers blocked for room after a group committed.
+// It costs one atomic load when nobody waits, which is every commit on an
+// unblocked partition.
+//
+// Why no wake-up is lost: a producer stores roomWaiting before it reads the
+// cursors, a committer writes its cursor before it loads roomWaiting, and
+// both are sequentially consistent atomics, so at least one of them sees the
+// other. If the producer saw the commit it has room; if the committer saw the
+// flag it takes mu, which the producer holds until it has taken the room
+// channel it will wait on, and closes that very channel.
+func (p *Partition) notifyCommit() {
+	if !p.roomWaiting.Load() {
+		return
+	}
+	p.mu.Lock()
+	p.wakeProducersLocked()
+	p.mu.Unlock()
+}
+
+func (p *Partition) wakeProducersLocked() {
+	p.roomWaiting.Store(false)
+	close(p.room)
+	p.room = make(chan struct{})
+}
+
+// addCursor makes a group's cursor part of the low-water mark.
+func (p *Partition) addCursor(c *Cursor) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cursors = append(p.cursors, c)
+}
+
+// seek moves c to offset. With clamp, an offset outside the retained range
+// is moved into it; without, it is ErrOffsetOutOfRange. Holding mu makes the
+// range check and the move one step, so no reclaim slips between them.
+func (p *Partition) seek(c *Cursor, offset int64, clamp bool) (int64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if clamp {
+		offset = min(max(offset, p.base), p.next)
+	} else if offset < p.base || offset > p.next {
+		return 0, fmt.Errorf("%w: topic %q partition %d offset %d, retained [%d, %d]",
+			ErrOffsetOutOfRange, p.topic, p.index, offset, p.base, p.next)
+	}
+	c.Set(offset)
+	if p.roomWaiting.Load() {
+		p.wakeProducersLocked() // a forward seek can free room
+	}
+	return offset, nil
+}
+
+// seal refuses further appends and wakes every blocked producer, which then
+// fails with ErrClosed. Reads go on, so groups can drain.
+func (p *Partition) seal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.sealed {
+		p.sealed = true
+		p.wakeProducersLocked()
+	}
+}
+
+// Bounds returns the earliest retained offset and the end offset.
+func (p *Partition) Bounds() (earliest, end int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.base, p.next
+}
+
+// Stats returns the partition's counters.
+func (p *Partition) Stats() PartitionStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.Earliest, s.End, s.Retained = p.base, p.next, p.size
+	return s
+}
+
+// reclaimLocked frees the records every subscribed group has committed past.
+func (p *Partition) reclaimLocked() {
+	if len(p.cursors) == 0 {
+		return // keep the backlog for the first group
+	}
+	low := p.next
+	for _, c := range p.cursors {
+		low = min(low, c.Committed())
+	}
+	for p.size > 0 && p.base < low {
+		p.evictLocked()
+	}
+}
+
+// expireLocked trims the records older than MaxAge.
+func (p *Partition) expireLocked(now time.Time) {
+	if p.ret.MaxAge <= 0 {
+		return
+	}
+	cutoff := now.Add(-p.ret.MaxAge)
+	for p.size > 0 && p.ring[p.head].Created.Before(cutoff) {
+		p.evictLocked()
+		p.stats.Expired++
+	}
+}
+
+func (p *Partition) evictLocked() {
+	p.ring[p.head] = nil
+	p.head = (p.head + 1) % len(p.ring)
+	p.size--
+	p.base++
+}
+
+// now reads the clock only when age retention needs it, and before taking mu:
+// the clock is user code and runs under no lock of ours.
+func (p *Partition) now() time.Time {
+	if p.ret.MaxAge <= 0 {
+		return time.Time{}
+	}
+	return p.clock.Now()
+}

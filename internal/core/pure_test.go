@@ -1,0 +1,193 @@
+package core
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestAssign(t *testing.T) {
+	tests := []struct {
+		name       string
+		members    []string
+		partitions int
+		prev       []string
+		want       []string
+	}{
+		{"no members", nil, 3, nil, []string{"", "", ""}},
+		{"fresh is i mod n", []string{"a", "b"}, 5, nil, []string{"a", "b", "a", "b", "a"}},
+		{"more members than partitions", []string{"a", "b", "c"}, 2, nil, []string{"a", "b"}},
+		{"join moves only what balance needs", []string{"a", "b"}, 4,
+			[]string{"a", "a", "a", "a"}, []string{"a", "a", "b", "b"}},
+		{"leave keeps the others' partitions", []string{"a", "c"}, 6,
+			[]string{"a", "b", "c", "a", "b", "c"}, []string{"a", "a", "c", "a", "c", "c"}},
+		{"stable when nothing changes", []string{"a", "b"}, 4,
+			[]string{"b", "a", "b", "a"}, []string{"b", "a", "b", "a"}},
+		{"third member takes one from each", []string{"a", "b", "c"}, 6,
+			[]string{"a", "b", "a", "b", "a", "b"}, []string{"a", "b", "a", "b", "c", "c"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := assign(tt.members, tt.partitions, tt.prev)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("assign(%v, %d, %v) = %v, want %v", tt.members, tt.partitions, tt.prev, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestAssignBalanced checks the shares on every small shape: they differ by
+// at most one and cover every partition.
+func TestAssignBalanced(t *testing.T) {
+	all := []string{"a", "b", "c", "d", "e"}
+	for n := 1; n <= len(all); n++ {
+		for parts := 0; parts <= 9; parts++ {
+			prev := assign(all[:max(1, n-1)], parts, nil) // as if one member just joined
+			got := assign(all[:n], parts, prev)
+			counts := map[string]int{}
+			for p, o := range got {
+				if o == "" {
+					t.Fatalf("n=%d parts=%d: partition %d unowned", n, parts, p)
+				}
+				counts[o]++
+			}
+			lo, hi := parts, 0
+			for _, m := range all[:n] {
+				lo, hi = min(lo, counts[m]), max(hi, counts[m])
+			}
+			if hi-lo > 1 {
+				t.Errorf("n=%d parts=%d: shares %v differ by more than one", n, parts, counts)
+			}
+		}
+	}
+}
+
+func TestRetryPolicyDelay(t *testing.T) {
+	p, err := RetryPolicy{BaseDelay: 10 * time.Millisecond, Multiplier: 3, MaxDelay: 200 * time.Millisecond}.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for attempt, want := range map[int]time.Duration{
+		1: 10 * time.Millisecond, 2: 30 * time.Millisecond, 3: 90 * time.Millisecond,
+		4: 200 * time.Millisecond, 100: 200 * time.Millisecond, 5000: 200 * time.Millisecond,
+	} {
+		if got := p.Delay(attempt); got != want {
+			t.Errorf("Delay(%d) = %v, want %v", attempt, got, want)
+		}
+	}
+}
+
+func TestRetryPolicyResolve(t *testing.T) {
+	got, err := RetryPolicy{}.Resolve()
+	want := RetryPolicy{DefaultMaxAttempts, DefaultBaseDelay, DefaultMultiplier, DefaultMaxDelay}
+	if err != nil || got != want {
+		t.Errorf("zero policy resolves to %+v, %v; want %+v", got, err, want)
+	}
+	for name, bad := range map[string]RetryPolicy{
+		"negative attempts":   {MaxAttempts: -1},
+		"negative base":       {BaseDelay: -1},
+		"negative max":        {MaxDelay: -1},
+		"shrinking multplier": {Multiplier: 0.5},
+	} {
+		if _, err := bad.Resolve(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+func TestRetentionResolve(t *testing.T) {
+	got, err := Retention{}.Resolve()
+	if err != nil || got.MaxMessages != DefaultMaxMessages || got.BlockTimeout != DefaultBlockTimeout || got.OnFull != Block {
+		t.Errorf("zero retention resolves to %+v, %v", got, err)
+	}
+	for name, bad := range map[string]Retention{
+		"negative capacity": {MaxMessages: -1},
+		"negative age":      {MaxAge: -time.Second},
+		"negative timeout":  {BlockTimeout: -time.Second},
+		"unknown policy":    {OnFull: FullPolicy(7)},
+	} {
+		if _, err := bad.Resolve(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+// TestOffsetStoreCompareAndSet: a late ack must not clobber a seek.
+func TestOffsetStoreCompareAndSet(t *testing.T) {
+	s := NewOffsetStore()
+	k := OffsetKey{Group: "billing", Topic: "orders", Partition: 0}
+	if got := s.Committed(k); got != 0 {
+		t.Fatalf("a new cursor reads %d, want 0", got)
+	}
+	if !s.Commit(k, 0, 1) {
+		t.Fatal("Commit(0→1) failed on a cursor at 0")
+	}
+	s.Set(k, 0) // a replay while offset 1 was in flight
+	if s.Commit(k, 1, 2) {
+		t.Fatal("the late ack of offset 1 moved the cursor after a seek")
+	}
+	if got := s.Committed(k); got != 0 {
+		t.Fatalf("cursor at %d after the clobber attempt, want 0 (the seek)", got)
+	}
+	if s.Commit(k, 0, 0) || s.Commit(k, 0, -1) {
+		t.Fatal("Commit moved the cursor backwards or nowhere")
+	}
+	other := OffsetKey{Group: "audit", Topic: "orders", Partition: 0}
+	if !s.Commit(other, 0, 5) || s.Committed(k) != 0 {
+		t.Fatal("groups do not have independent cursors")
+	}
+}
+
+// TestKeyHashStable pins the key → partition mapping: it is CRC-32 (IEEE) of
+// the key bytes, so it must not change between processes or releases.
+func TestKeyHashStable(t *testing.T) {
+	p := KeyHash()
+	for key, want := range map[string]int{"alice": 1, "bob": 0, "carol": 1, "": 0} {
+		for range 50 {
+			if got := p.Partition([]byte(key), 2); got != want {
+				t.Fatalf("key %q went to partition %d, want %d", key, got, want)
+			}
+		}
+	}
+	if got, want := p.Partition([]byte("user-42"), 16), 3; got != want {
+		t.Errorf("user-42 of 16 partitions: got %d, want %d", got, want)
+	}
+}
+
+func TestRoundRobinSpreads(t *testing.T) {
+	for name, p := range map[string]Partitioner{"RoundRobin": RoundRobin(), "KeyHash keyless": KeyHash()} {
+		counts := make([]int, 4)
+		for range 40 {
+			counts[p.Partition(nil, 4)]++
+		}
+		if !slices.Equal(counts, []int{10, 10, 10, 10}) {
+			t.Errorf("%s: 40 keyless records spread as %v, want 10 each", name, counts)
+		}
+	}
+}
+
+func TestStickyFillsABatchThenMoves(t *testing.T) {
+	p := Sticky(3)
+	var got []int
+	for range 7 {
+		got = append(got, p.Partition(nil, 2))
+	}
+	if want := []int{0, 0, 0, 1, 1, 1, 0}; !slices.Equal(got, want) {
+		t.Errorf("sticky(3) keyless sequence %v, want %v", got, want)
+	}
+	if a, b := p.Partition([]byte("alice"), 2), KeyHash().Partition([]byte("alice"), 2); a != b {
+		t.Errorf("sticky routes a keyed record to %d, key hash to %d", a, b)
+	}
+}
+
+func TestDeadLetterQueueIsBounded(t *testing.T) {
+	q := deadLetters{limit: 2}
+	for i := range 5 {
+		q.add(DeadLetter{Attempts: i})
+	}
+	letters, evicted := q.snapshot()
+	if len(letters) != 2 || letters[0].Attempts != 3 || letters[1].Attempts != 4 || evicted != 3 {
+		t.Errorf("got %d letters %+v and %d evicted, want the newest two and 3 evicted", len(letters), letters, evicted)
+	}
+}
