@@ -1,0 +1,170 @@
+package pubsub
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/logbus/logbus/internal/core"
+)
+
+// Broker owns topics, consumer groups and the goroutines that deliver to
+// them. Create one with NewBroker (tests and libraries should own theirs) or
+// use the process-wide Default. All methods are safe for concurrent use.
+//
+// A broker must be closed with Close to stop its goroutines.
+type Broker struct {
+	eng engine
+	err error // an invalid BrokerOption, reported by NewTopic
+}
+
+// BrokerOption configures a Broker. Options only record; NewBroker checks
+// them all at once.
+type BrokerOption interface{ applyBroker(*core.Config) }
+
+type brokerOptionFunc func(*core.Config)
+
+func (f brokerOptionFunc) applyBroker(c *core.Config) { f(c) }
+
+// Clock reads the current time. The broker stamps records with it
+// (Message.Created), trims by age with it (Retention.MaxAge) and dates dead
+// letters with it. Waiting (retry backoff, BlockTimeout) uses the runtime's
+// timers, which testing/synctest makes virtual. Now is called from many
+// goroutines at once.
+type Clock interface{ Now() time.Time }
+
+// WithClock sets the clock, overriding the wall clock. pubsubtest.Clock is
+// one a test can move by hand.
+func WithClock(c Clock) BrokerOption {
+	return brokerOptionFunc(func(cfg *core.Config) { cfg.Clock = c })
+}
+
+// IDSource hands out Message IDs. NextID is called once per publish, from
+// many goroutines at once, and must never return the same value twice.
+type IDSource interface{ NextID() string }
+
+// WithIDs sets the source of message IDs, overriding the default: a random
+// per-broker prefix and a counter ("3f9a0c1d2e4b-17").
+func WithIDs(ids IDSource) BrokerOption {
+	return brokerOptionFunc(func(cfg *core.Config) { cfg.IDs = ids })
+}
+
+// RetryPolicy says how often a failing delivery is retried and how long the
+// partition's worker waits in between. Zero fields mean the defaults. The
+// wait after failed attempt n is min(MaxDelay, BaseDelay·Multiplier^(n−1)),
+// with no jitter. While a record waits, the records behind it in its
+// partition wait too: retries never reorder a partition.
+type RetryPolicy struct {
+	// MaxAttempts is how many deliveries a record gets, the first included,
+	// before it is dead-lettered. Default 3; 1 means no retries; negative is
+	// ErrInvalid.
+	MaxAttempts int
+	// BaseDelay is the wait after the first failure. Default 10ms.
+	BaseDelay time.Duration
+	// Multiplier is the growth of the wait per further failure. Default 2;
+	// below 1 is ErrInvalid.
+	Multiplier float64
+	// MaxDelay caps any one wait. Default 1s.
+	MaxDelay time.Duration
+}
+
+func (p RetryPolicy) core() core.RetryPolicy { return core.RetryPolicy(p) }
+
+// WithRetry sets the retry policy of every group, overriding the default
+// (3 attempts, 10ms doubling up to 1s). A group can override it with
+// WithGroupRetry.
+func WithRetry(p RetryPolicy) BrokerOption {
+	return brokerOptionFunc(func(cfg *core.Config) { cfg.Retry = p.core() })
+}
+
+// NewBroker returns a running broker. An invalid option (a negative retry
+// count, say) does not panic: the broker reports it, wrapping ErrInvalid,
+// from every NewTopic call.
+func NewBroker(opts ...BrokerOption) *Broker {
+	var cfg core.Config
+	for _, o := range opts {
+		o.applyBroker(&cfg)
+	}
+	eng, err := core.NewBroker(cfg)
+	if err != nil {
+		eng, _ = core.NewBroker(core.Config{Clock: cfg.Clock, IDs: cfg.IDs})
+		err = fmt.Errorf("logbus: new broker: %w", err)
+	}
+	return &Broker{eng: eng, err: err}
+}
+
+var defaultBroker = sync.OnceValue(func() *Broker { return NewBroker() })
+
+// Default returns the process-wide broker, creating it on first use. It is
+// offered, not imposed: tests and libraries should use NewBroker so that each
+// owns, and closes, its own. Safe for concurrent use.
+func Default() *Broker { return defaultBroker() }
+
+// State is a broker's lifecycle stage.
+type State int
+
+const (
+	// Running: accepting publishes and subscriptions.
+	Running State = iota
+	// Draining: Close has begun; new work fails with ErrClosed while the
+	// workers finish what was published.
+	Draining
+	// Stopped: Close has finished and every worker has exited.
+	Stopped
+)
+
+func (s State) String() string { return core.State(s).String() }
+
+// State returns the broker's lifecycle stage.
+func (b *Broker) State() State { return State(b.eng.State()) }
+
+// Drain blocks until every group that can make progress has committed every
+// record published before the call, and returns nil; or until ctx ends, and
+// returns ctx's error, wrapped. It is the barrier tests wait on instead of
+// sleeping: it is woken by commits and never polls.
+//
+// A paused group, or one whose consumers have all left, cannot make
+// progress, so Drain does not wait for it (it would wait forever); its Lag
+// stays visible. Records published while Drain waits may or may not be
+// waited for.
+func (b *Broker) Drain(ctx context.Context) error { return b.eng.Drain(ctx) }
+
+// Close shuts the broker down gracefully. It refuses new publishes, topics
+// and subscriptions with ErrClosed, and fails producers blocked on a full
+// partition with ErrClosed; drains as Drain does, bounded by ctx; when ctx
+// ends first, cancels the context handlers were given; stops every worker
+// and waits for it; closes every Stream's channel; and sets the state to
+// Stopped.
+//
+// It returns nil when every group committed everything. Otherwise it returns
+// a *ShutdownError naming each (group, topic, partition) left behind, which
+// wraps ctx's error when ctx ended first. Records left behind were not
+// committed, so nothing acked is lost; nothing is persisted either, so they
+// are gone with the broker.
+//
+// Close is idempotent and safe to call from many goroutines: later calls
+// wait for the first, bounded by their own ctx, and return its result. A
+// handler must not call Close: Close waits for handlers to return.
+func (b *Broker) Close(ctx context.Context) error { return b.eng.Close(ctx) }
+
+// Lag returns how many records of topic the group has yet to commit, over
+// all partitions. An unknown topic is ErrTopicNotFound, an unknown group
+// ErrSubscription.
+func (b *Broker) Lag(group, topic string) (int64, error) {
+	g, err := b.eng.Group(group, topic)
+	if err != nil {
+		return 0, err
+	}
+	return g.Lag(), nil
+}
+
+// Replay rewinds the group on every partition of topic to max(from, earliest
+// retained offset), or to the end where from is past it; see Group.Replay.
+func (b *Broker) Replay(group, topic string, from int64) error {
+	g, err := b.eng.Group(group, topic)
+	if err != nil {
+		return err
+	}
+	return g.Replay(from)
+}

@@ -1,0 +1,56 @@
+package pubsub
+
+import (
+	"context"
+
+	"github.com/logbus/logbus/internal/core"
+)
+
+// The boundary between the typed API and the engine.
+//
+// Everything in this package is a typed facade: values are encoded on publish
+// and decoded once per delivery, and the log itself (partitions, offsets,
+// groups, workers) lives in the engine, which knows only bytes. The facade
+// uses the engine through exactly the methods listed below and nothing else,
+// so a second engine (a distributed one) can be put behind the same typed
+// API by implementing them. Keep this list short: add to it only what cannot
+// be built from what is here.
+//
+// Config and result types (core.Record, core.TopicConfig, core.GroupConfig,
+// core.GroupStats, core.DeadLetter, core.PartitionStats) are plain data and
+// cross the boundary by value.
+type (
+	engine interface {
+		CreateTopic(name string, cfg core.TopicConfig) (*core.Topic, error)
+		Subscribe(topic, group, consumer string, h core.Handler, onLeave func(), cfg core.GroupConfig) (*core.Group, error)
+		Group(name, topic string) (*core.Group, error)
+		Drain(ctx context.Context) error
+		Close(ctx context.Context) error
+		State() core.State
+	}
+	engineTopic interface {
+		Name() string
+		Partitions() int
+		Publish(ctx context.Context, key, value []byte, headers map[string]string) (core.Position, error)
+		Stats() []core.PartitionStats
+	}
+	engineGroup interface {
+		Name() string
+		Leave(consumer string) error
+		Assignment() map[string][]int
+		Pause()
+		Resume()
+		Seek(partition int, offset int64) error
+		Replay(from int64) error
+		Committed(partition int) int64
+		Lag() int64
+		Stats() core.GroupStats
+		DeadLetters() []core.DeadLetter
+	}
+)
+
+var (
+	_ engine      = (*core.Broker)(nil)
+	_ engineTopic = (*core.Topic)(nil)
+	_ engineGroup = (*core.Group)(nil)
+)

@@ -1,0 +1,243 @@
+package pubsub
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/logbus/logbus/codec"
+	"github.com/logbus/logbus/internal/core"
+)
+
+// Topic is a named log of records with keys of type K and values of type V,
+// split into a fixed number of partitions. Records with equal encoded keys
+// always land in the same partition, and each partition is delivered to each
+// group in offset order. All methods are safe for concurrent use.
+type Topic[K, V any] struct {
+	b      *Broker
+	eng    engineTopic
+	keys   codec.Codec[K]
+	values codec.Codec[V]
+
+	mu     sync.Mutex           // guards groups
+	groups map[string]*Group[V] // the typed handle of each group, so Subscribe returns the same one
+}
+
+// TopicOption configures a topic. Options only record; NewTopic checks them
+// all at once.
+type TopicOption interface{ applyTopic(*topicConfig) }
+
+type topicConfig struct {
+	core.TopicConfig
+	partitionsSet bool
+}
+
+type topicOptionFunc func(*topicConfig)
+
+func (f topicOptionFunc) applyTopic(c *topicConfig) { f(c) }
+
+// WithPartitions sets the number of partitions, overriding the default of 1.
+// It is fixed for the topic's life; n < 1 is ErrInvalid. Partitions are the
+// unit of parallelism: each group runs one worker per partition.
+func WithPartitions(n int) TopicOption {
+	return topicOptionFunc(func(c *topicConfig) { c.Partitions, c.partitionsSet = n, true })
+}
+
+// FullPolicy is what a full partition does with a new record.
+type FullPolicy int
+
+const (
+	// Block makes Publish wait for room, at most Retention.BlockTimeout and
+	// never past its context, then fail with ErrBackpressure having appended
+	// nothing. Room appears when the slowest group commits.
+	Block FullPolicy = iota
+	// DropOldest evicts the oldest record, read or not, so Publish never
+	// waits. Groups that had not read an evicted record skip it and count it
+	// in GroupStats.Skipped; the topic counts it in TopicStats.Dropped.
+	DropOldest
+)
+
+func (f FullPolicy) String() string { return core.FullPolicy(f).String() }
+
+// Retention bounds each partition of a topic. Zero fields mean the defaults.
+//
+// A partition holds at most MaxMessages records. Records are not freed when
+// acked, so a group can replay them; they are freed when the partition is
+// full and every group has committed past them, or when MaxAge passes. A
+// partition with no group subscribed frees nothing, so the first group reads
+// the whole backlog. Memory is about MaxMessages × partitions × (record size
+// + ~150 bytes of bookkeeping).
+type Retention struct {
+	// MaxMessages is the bounded buffer of each partition. Default 1024;
+	// negative is ErrInvalid.
+	MaxMessages int
+	// MaxAge trims records older than this (by the broker's Clock) whether
+	// or not they were read; groups that had not read them count them as
+	// Skipped. 0 means no age limit.
+	MaxAge time.Duration
+	// OnFull is Block (the default) or DropOldest.
+	OnFull FullPolicy
+	// BlockTimeout is how long a Block partition makes Publish wait for
+	// room. Default 1s.
+	BlockTimeout time.Duration
+}
+
+// WithRetention sets the retention of every partition, overriding the
+// defaults field by field (a zero field keeps its default).
+func WithRetention(r Retention) TopicOption {
+	return topicOptionFunc(func(c *topicConfig) {
+		c.Retention = core.Retention{MaxMessages: r.MaxMessages, MaxAge: r.MaxAge,
+			OnFull: core.FullPolicy(r.OnFull), BlockTimeout: r.BlockTimeout}
+	})
+}
+
+// Partitioner picks a record's partition from its encoded key (nil for a
+// keyless record). Partition is called from every publishing goroutine at
+// once and must return a value in [0, partitions); anything else fails the
+// publish with ErrInvalid.
+type Partitioner interface {
+	Partition(key []byte, partitions int) int
+}
+
+// WithPartitioner sets the partitioner, overriding KeyHash.
+func WithPartitioner(p Partitioner) TopicOption {
+	return topicOptionFunc(func(c *topicConfig) { c.Partitioner = p })
+}
+
+// KeyHash sends a keyed record to CRC-32 (IEEE) of its encoded key mod the
+// partition count, the same in every process and release, and spreads
+// keyless records round robin. It is the default.
+func KeyHash() Partitioner { return core.KeyHash() }
+
+// RoundRobin spreads records evenly over the partitions and ignores keys, so
+// records with equal keys are no longer ordered relative to each other.
+func RoundRobin() Partitioner { return core.RoundRobin() }
+
+// Sticky hashes keyed records like KeyHash and sends keyless records to one
+// partition until batch of them went there, then moves to the next.
+// batch < 1 is treated as 1.
+func Sticky(batch int) Partitioner { return core.Sticky(batch) }
+
+// NewTopic creates the topic name on b, with a codec for its keys and one for
+// its values. K and V are inferred from the codecs:
+//
+//	orders, err := pubsub.NewTopic(b, "orders", codec.String(), codec.JSON[Order]())
+//
+// It fails with ErrTopicExists for a name already taken, ErrInvalid for an
+// empty name, a nil codec or a bad option, and ErrClosed once Close began.
+// It does not block.
+func NewTopic[K, V any](b *Broker, name string, keys codec.Codec[K], values codec.Codec[V], opts ...TopicOption) (*Topic[K, V], error) {
+	switch {
+	case b == nil:
+		return nil, fmt.Errorf("%w: new topic %q: nil broker", ErrInvalid, name)
+	case b.err != nil:
+		return nil, fmt.Errorf("new topic %q: %w", name, b.err)
+	case keys == nil || values == nil:
+		return nil, fmt.Errorf("%w: new topic %q: nil codec", ErrInvalid, name)
+	}
+	var cfg topicConfig
+	for _, o := range opts {
+		o.applyTopic(&cfg)
+	}
+	if cfg.partitionsSet && cfg.Partitions < 1 {
+		return nil, fmt.Errorf("%w: new topic %q: %d partitions, want at least 1", ErrInvalid, name, cfg.Partitions)
+	}
+	t, err := b.eng.CreateTopic(name, cfg.TopicConfig)
+	if err != nil {
+		return nil, err
+	}
+	return &Topic[K, V]{b: b, eng: t, keys: keys, values: values, groups: make(map[string]*Group[V])}, nil
+}
+
+// Name returns the topic's name.
+func (t *Topic[K, V]) Name() string { return t.eng.Name() }
+
+// Partitions returns the number of partitions.
+func (t *Topic[K, V]) Partitions() int { return t.eng.Partitions() }
+
+// Position is where a published record landed.
+type Position struct {
+	Partition int
+	Offset    int64
+}
+
+// PublishOption configures one Publish call.
+type PublishOption interface{ applyPublish(*publishConfig) }
+
+type publishConfig struct{ headers map[string]string }
+
+type headersOption map[string]string
+
+func (h headersOption) applyPublish(c *publishConfig) { c.headers = h }
+
+// WithHeaders attaches headers to the record. The map is copied: changing it
+// after Publish returns changes nothing.
+func WithHeaders(h map[string]string) PublishOption { return headersOption(h) }
+
+// Publish encodes key and value and appends the record to the partition the
+// key routes to, returning where it landed. Records with equal encoded keys
+// land in the same partition for the topic's life, so they are delivered to
+// each group in the order they were published.
+//
+// Publish returns as soon as the record is in the log; it does not wait for
+// delivery. It blocks only when the partition is full and the topic's
+// retention says Block: then it waits for room, at most BlockTimeout and
+// never past ctx, and fails with ErrBackpressure or ctx's error. A value or
+// key the codec cannot encode fails with the codec's error. After Close
+// began it fails with ErrClosed. A failed Publish appends nothing, and the
+// next record takes the offset.
+func (t *Topic[K, V]) Publish(ctx context.Context, key K, value V, opts ...PublishOption) (Position, error) {
+	k, err := t.keys.Encode(key)
+	if err != nil {
+		return Position{}, fmt.Errorf("logbus: publish to topic %q: encode key: %w", t.Name(), err)
+	}
+	if k == nil {
+		k = []byte{} // keyed, even when the key encodes to nothing
+	}
+	return t.publish(ctx, k, value, opts)
+}
+
+// PublishValue is Publish for a keyless record: the partitioner spreads such
+// records (round robin by default), so they have no order relative to each
+// other across partitions. Message.Key is nil on delivery.
+func (t *Topic[K, V]) PublishValue(ctx context.Context, value V, opts ...PublishOption) (Position, error) {
+	return t.publish(ctx, nil, value, opts)
+}
+
+func (t *Topic[K, V]) publish(ctx context.Context, key []byte, value V, opts []PublishOption) (Position, error) {
+	v, err := t.values.Encode(value)
+	if err != nil {
+		return Position{}, fmt.Errorf("logbus: publish to topic %q: encode value: %w", t.Name(), err)
+	}
+	var cfg publishConfig
+	for _, o := range opts {
+		o.applyPublish(&cfg)
+	}
+	pos, err := t.eng.Publish(ctx, key, v, cfg.headers)
+	return Position(pos), err
+}
+
+// TopicStats counts what happened to a topic's records, over all partitions.
+type TopicStats struct {
+	Published int64 // records appended (the sum of the partitions' end offsets)
+	Retained  int   // records held now
+	Dropped   int64 // records DropOldest evicted
+	Expired   int64 // records MaxAge trimmed
+	Blocked   int64 // publishes that had to wait for room
+	TimedOut  int64 // publishes that failed with ErrBackpressure
+}
+
+// Stats returns the topic's counters. It does not block.
+func (t *Topic[K, V]) Stats() TopicStats {
+	var s TopicStats
+	for _, p := range t.eng.Stats() {
+		s.Published += p.End
+		s.Retained += p.Retained
+		s.Dropped += p.Dropped
+		s.Expired += p.Expired
+		s.Blocked += p.Blocked
+		s.TimedOut += p.TimedOut
+	}
+	return s
+}
