@@ -158,7 +158,7 @@ func ExampleRetention() {
 	// j1: backpressure=false
 	// j2: backpressure=false
 	// j3: backpressure=true
-	// {Published:2 Retained:2 Dropped:0 Expired:0 Blocked:1 TimedOut:1}
+	// {Published:2 Retained:2 Reclaimed:0 Dropped:0 Expired:0 Blocked:1 TimedOut:1}
 }
 
 // A Stream hands messages over on a channel; each must be acked or nacked.

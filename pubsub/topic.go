@@ -219,11 +219,14 @@ func (t *Topic[K, V]) publish(ctx context.Context, key []byte, value V, opts []P
 }
 
 // TopicStats counts what happened to a topic's records, over all partitions.
+// Every record that left the log is counted once: Published − Retained ==
+// Reclaimed + Dropped + Expired.
 type TopicStats struct {
 	Published int64 // records appended (the sum of the partitions' end offsets)
 	Retained  int   // records held now
-	Dropped   int64 // records DropOldest evicted
-	Expired   int64 // records MaxAge trimmed
+	Reclaimed int64 // records freed after every group had committed past them
+	Dropped   int64 // records DropOldest evicted, read or not
+	Expired   int64 // records MaxAge trimmed, read or not
 	Blocked   int64 // publishes that had to wait for room
 	TimedOut  int64 // publishes that failed with ErrBackpressure
 }
@@ -234,10 +237,22 @@ func (t *Topic[K, V]) Stats() TopicStats {
 	for _, p := range t.eng.Stats() {
 		s.Published += p.End
 		s.Retained += p.Retained
+		s.Reclaimed += p.Reclaimed
 		s.Dropped += p.Dropped
 		s.Expired += p.Expired
 		s.Blocked += p.Blocked
 		s.TimedOut += p.TimedOut
 	}
 	return s
+}
+
+// Offsets returns a partition's earliest retained offset and its end offset
+// (the offset the next record will get): the range Seek accepts. A partition
+// that does not exist is ErrInvalid. It does not block.
+func (t *Topic[K, V]) Offsets(partition int) (earliest, end int64, err error) {
+	stats := t.eng.Stats()
+	if partition < 0 || partition >= len(stats) {
+		return 0, 0, fmt.Errorf("%w: topic %q has no partition %d", ErrInvalid, t.Name(), partition)
+	}
+	return stats[partition].Earliest, stats[partition].End, nil
 }

@@ -66,21 +66,23 @@ func (r Retention) Resolve() (Retention, error) {
 
 // PartitionStats counts what happened to one partition's records.
 type PartitionStats struct {
-	Earliest int64 // offset of the oldest retained record
-	End      int64 // offset the next record will get
-	Retained int   // records held now
-	Dropped  int64 // records DropOldest evicted
-	Expired  int64 // records MaxAge trimmed
-	Blocked  int64 // publishes that had to wait for room
-	TimedOut int64 // publishes that gave up with ErrBackpressure
+	Earliest  int64 // offset of the oldest retained record
+	End       int64 // offset the next record will get
+	Retained  int   // records held now
+	Reclaimed int64 // records freed after every group had committed past them
+	Dropped   int64 // records DropOldest evicted
+	Expired   int64 // records MaxAge trimmed
+	Blocked   int64 // publishes that had to wait for room
+	TimedOut  int64 // publishes that gave up with ErrBackpressure
 }
 
 // Partition is a bounded, append-only log. Offsets are dense from 0 and never
 // reused: trimming moves the earliest offset up, never the end down.
 //
-// Records leave in three ways, all under mu:
+// Records leave in three ways, all under mu, and each is counted, so
+// Earliest == Reclaimed + Dropped + Expired always:
 //   - reclaim: when the log is full, records below the low-water mark (the
-//     slowest subscribed group's committed offset) are freed. Nothing is
+//     slowest subscribed group's committed offset) are freed (Reclaimed). Nothing is
 //     freed earlier, so a group can replay what it already read, and nothing
 //     is freed while no group is subscribed, so a late group reads the
 //     backlog.
@@ -325,6 +327,7 @@ func (p *Partition) reclaimLocked() {
 	}
 	for p.size > 0 && p.base < low {
 		p.evictLocked()
+		p.stats.Reclaimed++
 	}
 }
 
