@@ -79,8 +79,8 @@ func WithRetry(p RetryPolicy) BrokerOption {
 }
 
 // NewBroker returns a running broker. An invalid option (a negative retry
-// count, say) does not panic: the broker reports it, wrapping ErrInvalid,
-// from every NewTopic call.
+// count, say) does not panic: Err reports it, and so does every NewTopic
+// call, wrapping ErrInvalid.
 func NewBroker(opts ...BrokerOption) *Broker {
 	var cfg core.Config
 	for _, o := range opts {
@@ -94,11 +94,17 @@ func NewBroker(opts ...BrokerOption) *Broker {
 	return &Broker{eng: eng, err: err}
 }
 
+// Err returns the error of an invalid option given to NewBroker, or nil.
+func (b *Broker) Err() error { return b.err }
+
 var defaultBroker = sync.OnceValue(func() *Broker { return NewBroker() })
 
 // Default returns the process-wide broker, creating it on first use. It is
 // offered, not imposed: tests and libraries should use NewBroker so that each
-// owns, and closes, its own. Safe for concurrent use.
+// owns, and closes, its own. In particular, a test must not use Default
+// inside a testing/synctest bubble: the broker would belong to that bubble,
+// and touching it from outside later crashes the test binary. Safe for
+// concurrent use.
 func Default() *Broker { return defaultBroker() }
 
 // State is a broker's lifecycle stage.

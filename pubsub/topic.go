@@ -53,8 +53,9 @@ const (
 	// nothing. Room appears when the slowest group commits.
 	Block FullPolicy = iota
 	// DropOldest evicts the oldest record, read or not, so Publish never
-	// waits. Groups that had not read an evicted record skip it and count it
-	// in GroupStats.Skipped; the topic counts it in TopicStats.Dropped.
+	// waits. A group whose delivery of an evicted record had not begun skips
+	// it and counts it in GroupStats.Skipped (a record waiting for a retry
+	// is skipped too); the topic counts it in TopicStats.Dropped.
 	DropOldest
 )
 
@@ -66,7 +67,8 @@ func (f FullPolicy) String() string { return core.FullPolicy(f).String() }
 // acked, so a group can replay them; they are freed when the partition is
 // full and every group has committed past them, or when MaxAge passes. A
 // partition with no group subscribed frees nothing, so the first group reads
-// the whole backlog. Memory is about MaxMessages × partitions × (record size
+// the whole backlog; a group created later starts at the oldest record still
+// retained. Memory is about MaxMessages × partitions × (record size
 // + ~150 bytes of bookkeeping).
 type Retention struct {
 	// MaxMessages is the bounded buffer of each partition. Default 1024;
@@ -74,7 +76,9 @@ type Retention struct {
 	MaxMessages int
 	// MaxAge trims records older than this (by the broker's Clock) whether
 	// or not they were read; groups that had not read them count them as
-	// Skipped. 0 means no age limit.
+	// Skipped. Trimming happens when the partition is next published to or
+	// read, and a producer blocked on a full partition wakes when its oldest
+	// record expires. 0 means no age limit.
 	MaxAge time.Duration
 	// OnFull is Block (the default) or DropOldest.
 	OnFull FullPolicy

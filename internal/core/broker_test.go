@@ -246,6 +246,9 @@ func TestAgeRetentionOnAFakeClock(t *testing.T) {
 	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	b := newBroker(t, Config{Clock: clock})
 	orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxAge: 10 * time.Second}})
+	var slow recorder
+	g := subscribe(t, b, "orders", "slow", "s1", slow.handler("s1"))
+	g.Pause() // an existing group that falls behind
 	publish(t, orders, "", "old-1")
 	publish(t, orders, "", "old-2")
 	clock.Advance(10 * time.Second)
@@ -256,15 +259,128 @@ func TestAgeRetentionOnAFakeClock(t *testing.T) {
 	if s.Expired != 2 || s.Earliest != 2 || s.End != 4 {
 		t.Fatalf("stats %+v, want the 2 records older than 10s expired", s)
 	}
-	var h recorder
-	g := subscribe(t, b, "orders", "late", "l1", h.handler("l1"))
+	g.Resume()
 	drain(t, b)
-	if got := h.acked(); !slices.Equal(got, []string{"edge", "new"}) {
+	if got := slow.acked(); !slices.Equal(got, []string{"edge", "new"}) {
 		t.Errorf("acked %v, want [edge new]", got)
 	}
 	if s := g.Stats(); s.Skipped != 2 {
-		t.Errorf("skipped %d, want 2", s.Skipped)
+		t.Errorf("the slow group skipped %d, want the 2 expired records", s.Skipped)
 	}
+}
+
+// TestLateGroupStartsAtTheEarliestRetainedRecord: records trimmed before a
+// group existed are not the group's loss. Regression: a new group's cursor
+// started at 0, so a late group under Block counted the records the first
+// group's commits had reclaimed as Skipped, though nothing was ever lost.
+func TestLateGroupStartsAtTheEarliestRetainedRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 2}})
+		var first recorder
+		subscribe(t, b, "orders", "first", "f1", first.handler("f1"))
+		for _, v := range values("r", 5) {
+			publish(t, orders, "", v)
+			drain(t, b)
+		}
+		earliest, _ := orders.Partition(0).Bounds()
+		var late recorder
+		g := subscribe(t, b, "orders", "late", "l1", late.handler("l1"))
+		drain(t, b)
+		if s := g.Stats(); s.Skipped != 0 || s.Delivered != 5-earliest {
+			t.Errorf("late group stats %+v, want %d delivered and none skipped", s, 5-earliest)
+		}
+		if s := orders.Partition(0).Stats(); s.Reclaimed != earliest || s.Dropped != 0 {
+			t.Errorf("partition stats %+v: want the trimmed records counted as reclaimed", s)
+		}
+	})
+}
+
+// TestDropOldestSkipsBufferedRecordsEvictedBeforeTheirAttempt. Regression.
+// The interleaving: the worker reads r0..r2 in one batch and blocks in the
+// handler on r0; the producer then publishes r3..r7, and DropOldest evicts
+// r0..r4. r0's attempt had begun, so it completes; r1 and r2 sat in the
+// worker's batch and used to be delivered anyway, after eviction, so
+// Delivered and Skipped depended on batch timing. Now an evicted record is
+// delivered only if its attempt began before the eviction.
+func TestDropOldestSkipsBufferedRecordsEvictedBeforeTheirAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 3, OnFull: DropOldest}})
+		gate := make(chan struct{})
+		var h recorder
+		g := subscribe(t, b, "orders", "slow", "s1", func(ctx context.Context, rec *Record, attempt int) error {
+			if string(rec.Value) == "r000" {
+				<-gate
+			}
+			return h.handler("s1")(ctx, rec, attempt)
+		})
+		g.Pause()
+		for _, v := range values("r", 3) {
+			publish(t, orders, "", v)
+		}
+		g.Resume()
+		synctest.Wait() // the worker holds r0..r2 and is inside the handler for r0
+		for _, v := range values("r", 8)[3:] {
+			publish(t, orders, "", v)
+		}
+		close(gate)
+		drain(t, b)
+		if got := h.acked(); !slices.Equal(got, []string{"r000", "r005", "r006", "r007"}) {
+			t.Errorf("delivered %v, want r000 (attempt begun) and the retained r005..r007", got)
+		}
+		if s := g.Stats(); s.Skipped != 4 || s.Delivered != 4 {
+			t.Errorf("stats %+v, want 4 delivered and r001..r004 skipped", s)
+		}
+		if s := orders.Partition(0).Stats(); s.Dropped != 5 {
+			t.Errorf("dropped %d, want 5", s.Dropped)
+		}
+	})
+}
+
+// TestEvictedWhileWaitingForARetry: a record DropOldest evicts during its
+// backoff is not retried; the group skips it and counts it.
+func TestEvictedWhileWaitingForARetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 3, BaseDelay: time.Minute}})
+		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 1, OnFull: DropOldest}})
+		h := recorder{fail: func(rec *Record, _ int) error {
+			if string(rec.Value) == "flaky" {
+				return errors.New("transient")
+			}
+			return nil
+		}}
+		g := subscribe(t, b, "orders", "g", "c1", h.handler("c1"))
+		publish(t, orders, "", "flaky")
+		synctest.Wait()                // failed once, waiting out a minute
+		publish(t, orders, "", "next") // evicts flaky
+		drain(t, b)
+		if n := h.attemptsOf("flaky"); n != 1 {
+			t.Errorf("flaky was attempted %d times, want 1: evicted records are not retried", n)
+		}
+		if got, s := h.acked(), g.Stats(); !slices.Equal(got, []string{"next"}) || s.Skipped != 1 || s.Retried != 1 {
+			t.Errorf("acked %v, stats %+v; want [next], 1 skipped, 1 retried", got, s)
+		}
+	})
+}
+
+// TestBlockedProducerWakesWhenTheOldestRecordExpires: age retention makes
+// room for a producer blocked on a full partition as soon as the oldest
+// record is strictly older than MaxAge, not at the end of BlockTimeout.
+func TestBlockedProducerWakesWhenTheOldestRecordExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{}) // the wall clock is virtual in the bubble
+		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 1, MaxAge: 10 * time.Second, BlockTimeout: time.Hour}})
+		publish(t, orders, "", "old")
+		start := time.Now()
+		publish(t, orders, "", "new")
+		if waited := time.Since(start); waited != 10*time.Second+time.Nanosecond {
+			t.Errorf("the producer waited %v, want 10s+1ns", waited)
+		}
+		if s := orders.Partition(0).Stats(); s.Expired != 1 || s.End != 2 {
+			t.Errorf("stats %+v, want 1 expired and 2 published", s)
+		}
+	})
 }
 
 // TestConcurrentProducers: 8 producers × 50 records into 4 partitions, two

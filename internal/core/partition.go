@@ -99,8 +99,10 @@ type Partition struct {
 	ret   Retention
 	clock Clock
 
-	// end mirrors next for lock-free readers (Drain, Lag). Written under mu.
-	end atomic.Int64
+	// end and earliest mirror next and base for lock-free readers (Drain,
+	// Lag, a worker checking that a buffered record is still retained).
+	// Written under mu.
+	end, earliest atomic.Int64
 
 	// roomWaiting is set by a producer about to wait for room and cleared by
 	// whoever wakes it. Committers read it without mu: see notifyCommit.
@@ -136,6 +138,9 @@ func (p *Partition) Index() int { return p.index }
 
 // End is the offset the next record will get.
 func (p *Partition) End() int64 { return p.end.Load() }
+
+// Earliest is the offset of the oldest retained record.
+func (p *Partition) Earliest() int64 { return p.earliest.Load() }
 
 // Append stores rec at the end of the log, setting rec.Offset, and wakes the
 // readers waiting for it. When the log is full it reclaims, drops or blocks as
@@ -188,14 +193,18 @@ func (p *Partition) Append(ctx context.Context, rec *Record) (int64, error) {
 			timeout = t.C
 		}
 		room := p.room
+		expiry, stopExpiry := p.expiryLocked(now)
 		p.mu.Unlock()
 		select {
 		case <-room:
+		case <-expiry:
 		case <-timeout:
 			timedOut = true
 		case <-ctx.Done():
+			stopExpiry()
 			return 0, fmt.Errorf("publish to topic %q partition %d: waiting for room: %w", p.topic, p.index, ctx.Err())
 		}
+		stopExpiry()
 	}
 	// mu is held here, and there is room.
 	off := p.next
@@ -263,11 +272,30 @@ func (p *Partition) wakeProducersLocked() {
 	p.room = make(chan struct{})
 }
 
-// addCursor makes a group's cursor part of the low-water mark.
-func (p *Partition) addCursor(c *Cursor) {
+// subscribe makes a new group's cursor part of the low-water mark and starts
+// it at the oldest retained record: what was trimmed before the group
+// existed is not the group's loss, so it is not counted as skipped.
+func (p *Partition) subscribe(c *Cursor) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	c.Set(p.base)
 	p.cursors = append(p.cursors, c)
+}
+
+// expiryLocked returns a channel that fires when the oldest record becomes
+// old enough for MaxAge to trim it, so a producer blocked on a full
+// partition wakes when age retention makes room, and the function that
+// releases its timer. Without MaxAge the channel is nil: it never fires.
+// The clock may be a manual one; then the timer only makes the producer
+// look again, which is harmless.
+func (p *Partition) expiryLocked(now time.Time) (<-chan time.Time, func() bool) {
+	if p.ret.MaxAge <= 0 || p.size == 0 {
+		return nil, func() bool { return false }
+	}
+	// A record is trimmed once it is strictly older than MaxAge.
+	due := p.ring[p.head].Created.Add(p.ret.MaxAge).Sub(now) + time.Nanosecond
+	t := time.NewTimer(max(due, 0))
+	return t.C, t.Stop
 }
 
 // seek moves c to offset. With clamp, an offset outside the retained range
@@ -348,6 +376,7 @@ func (p *Partition) evictLocked() {
 	p.head = (p.head + 1) % len(p.ring)
 	p.size--
 	p.base++
+	p.earliest.Store(p.base)
 }
 
 // now reads the clock only when age retention needs it, and before taking mu:

@@ -49,7 +49,6 @@ func (w *worker) stopping() bool {
 }
 
 func (w *worker) run() {
-	defer clear(w.buf[:]) // drop the references so trimmed records can be freed
 	part, cursor := w.gp.part, w.gp.cursor
 	for !w.stopping() {
 		// Read the offset afresh each turn: it is the group's, not ours.
@@ -72,20 +71,33 @@ func (w *worker) run() {
 			}
 			continue
 		}
-		for i, rec := range w.buf[:n] {
-			w.buf[i] = nil
-			if !w.deliver(rec) {
-				return // stopped without an outcome: no commit, redelivered later
-			}
-			if !cursor.Commit(rec.Offset, rec.Offset+1) {
-				break // the cursor moved under us; cannot happen while seeks stop us first
-			}
-			w.committed(rec.Offset + 1)
-			if w.stopping() {
-				return
-			}
+		if !w.deliverBatch(w.buf[:n]) {
+			return
 		}
 	}
+}
+
+// deliverBatch delivers recs in offset order, committing each after its
+// outcome. It reports false when the worker must exit.
+func (w *worker) deliverBatch(recs []*Record) bool {
+	defer clear(recs) // drop the references so trimmed records can be freed
+	cursor := w.gp.cursor
+	for _, rec := range recs {
+		switch w.deliver(rec) {
+		case interrupted:
+			return false // no commit: the record is delivered again later
+		case evicted:
+			return true // the next read finds the cursor trimmed, skips and counts
+		}
+		if !cursor.Commit(rec.Offset, rec.Offset+1) {
+			return true // the cursor moved under us; cannot happen while seeks stop us first
+		}
+		w.committed(rec.Offset + 1)
+		if w.stopping() {
+			return false
+		}
+	}
+	return true
 }
 
 // committed tells those who wait on this group's progress.
@@ -96,10 +108,22 @@ func (w *worker) committed(next int64) {
 	}
 }
 
-// deliver runs the attempts on rec. It reports true when rec has an outcome
-// (acked or dead-lettered) and its offset may be committed, and false when
-// the worker was stopped first.
-func (w *worker) deliver(rec *Record) bool {
+// outcome is how the attempts on one record ended.
+type outcome int
+
+const (
+	settled     outcome = iota // acked or dead-lettered: commit it
+	interrupted                // the worker was stopped first: no commit
+	evicted                    // retention trimmed it before an attempt began: skip it
+)
+
+// deliver runs the attempts on rec.
+//
+// A record is delivered only while it is retained: one that retention trims
+// before an attempt begins (DropOldest evicting it while it sat in the
+// worker's batch, or while it waited out a backoff) is skipped and counted,
+// exactly as if the worker had not read it yet.
+func (w *worker) deliver(rec *Record) outcome {
 	gp, g := w.gp, w.g
 	hardStop := g.broker.handlerCtx
 	attempt := 1
@@ -107,6 +131,10 @@ func (w *worker) deliver(rec *Record) bool {
 		attempt = gp.attempts + 1 // an earlier worker already tried it
 	}
 	for {
+		if rec.Offset < gp.part.Earliest() {
+			gp.retryOffset, gp.attempts = -1, 0
+			return evicted
+		}
 		gp.retryOffset, gp.attempts = rec.Offset, attempt
 		gp.state.Store(int32(InFlight))
 		err := w.call(rec, attempt)
@@ -115,9 +143,9 @@ func (w *worker) deliver(rec *Record) bool {
 			gp.retryOffset, gp.attempts = -1, 0
 			gp.state.Store(int32(Acked))
 			g.delivered.Add(1)
-			return true
+			return settled
 		case errors.Is(err, ErrAbandoned), hardStop.Err() != nil:
-			return false
+			return interrupted
 		case errors.Is(err, ErrPermanent) || attempt >= g.retry.MaxAttempts:
 			g.dlq.add(DeadLetter{
 				Record:   rec,
@@ -129,7 +157,7 @@ func (w *worker) deliver(rec *Record) bool {
 			gp.retryOffset, gp.attempts = -1, 0
 			gp.state.Store(int32(DeadLettered))
 			g.deadLettered.Add(1)
-			return true
+			return settled
 		}
 		g.retried.Add(1)
 		gp.state.Store(int32(RetryScheduled))
@@ -138,10 +166,10 @@ func (w *worker) deliver(rec *Record) bool {
 		case <-t.C:
 		case <-w.stop:
 			t.Stop()
-			return false
+			return interrupted
 		case <-hardStop.Done():
 			t.Stop()
-			return false
+			return interrupted
 		}
 		attempt++
 	}
