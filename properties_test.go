@@ -177,10 +177,10 @@ type machine struct {
 
 	epochs        map[gp][]*epoch
 	lastCommitted map[gp]int64
-	seenCalls     int            // calls already folded into epochs
-	seenDead      map[string]int // dead letters already folded, per group
-	undecodable   map[string]int // dead letters of undecodable records, per group
-	finalFailures map[string]int // handler calls that ended in a dead letter, per group
+	seenCalls     int              // calls already folded into epochs
+	seenDead      map[string]int   // dead letters already folded, per group
+	undecodable   map[string]int   // dead letters of undecodable records, per group
+	finalFailures map[string]int   // handler calls that ended in a dead letter, per group
 	lastCall      map[gpEpoch]call // the latest call of each epoch of each (group, partition)
 }
 
@@ -202,7 +202,7 @@ func newMachine(t *rapid.T) *machine {
 		undecodable: map[string]int{},
 
 		finalFailures: map[string]int{},
-		lastCall:    map[gpEpoch]call{},
+		lastCall:      map[gpEpoch]call{},
 
 		lastCommitted: map[gp]int64{},
 	}
