@@ -1,4 +1,144 @@
 // Package logbus is a typed, in-process publish/subscribe message queue with
-// the semantics of a Kafka log. The API lives in package pubsub; codecs in
-// package codec.
+// the semantics of a Kafka log: partitioned topics, consumer groups with
+// committed offsets, at-least-once delivery with retries and dead letters,
+// bounded buffers with explicit backpressure, replay, and a graceful
+// shutdown that drains before it stops.
+//
+// This package holds only documentation. The API is in package
+// [github.com/logbus/logbus/pubsub], the codecs that turn values into bytes
+// in [github.com/logbus/logbus/codec], and test helpers in
+// [github.com/logbus/logbus/pubsub/pubsubtest].
+//
+// # A tour
+//
+// A [pubsub.Broker] owns topics, groups and the goroutines that deliver.
+// A topic carries keys of one type and values of another; the codecs fix
+// both:
+//
+//	b := pubsub.NewBroker()
+//	defer b.Close(ctx)
+//
+//	orders, err := pubsub.NewTopic(b, "orders", codec.String(), codec.JSON[Order](),
+//		pubsub.WithPartitions(4),
+//		pubsub.WithRetention(pubsub.Retention{MaxMessages: 4096, OnFull: pubsub.Block}))
+//
+// Producers publish; Publish returns once the record is in the log, with its
+// partition and offset:
+//
+//	pos, err := orders.Publish(ctx, order.Customer, order)
+//
+// Consumers join named groups. Every group sees every record; inside a group
+// each partition, and so each record, goes to one consumer:
+//
+//	billing, err := orders.Subscribe("billing", "billing-1", pubsub.HandlerFunc[Order](
+//		func(ctx context.Context, msg pubsub.Message[Order]) error {
+//			return charge(ctx, msg.Value) // nil acks; an error retries, then dead-letters
+//		}))
+//
+// A consumer can also take its messages from a channel, acking each one
+// ([pubsub.Topic.Stream]). A group can pause, resume, seek and replay, and it
+// reports its lag, its counters and its dead letters.
+//
+// # Ordering
+//
+//   - Within a partition, records get consecutive offsets from 0, and each
+//     group's handler sees them in offset order, one at a time. Nothing is
+//     ordered across partitions.
+//   - Records whose encoded keys are equal land in the same partition for
+//     the topic's life (CRC-32 of the key bytes, the same in every process),
+//     so they reach each group in the order they were published. Keyless
+//     records are spread round robin and have no order across partitions.
+//   - A record being retried holds back the records behind it in its
+//     partition: retries never reorder a partition.
+//
+// # Delivery
+//
+// Delivery is at least once. A group commits a record's offset only after
+// its handler returned nil, or after the record went to the dead-letter
+// queue. A record is delivered to a group again when
+//
+//   - its handler failed or panicked (a retry, with Message.Attempt counting
+//     up);
+//   - the group was paused, or its partition moved to another consumer,
+//     while the record waited out a retry backoff (the next delivery
+//     continues the attempt count);
+//   - Close gave up on draining while the handler ran, and the handler
+//     returned an error (nothing is committed; nothing is persisted either);
+//   - the group sought or replayed back over it (Attempt starts at 1 again).
+//
+// A rebalance alone never causes a redelivery: a partition that moves
+// finishes its current delivery, and commits it, before its new owner
+// starts; partitions that do not move are not disturbed. Handlers should be
+// idempotent all the same; Message.ID identifies a record across
+// redeliveries.
+//
+// # Retries and dead letters
+//
+// A failed delivery is retried after BaseDelay, then BaseDelay·Multiplier,
+// and so on up to MaxDelay, until MaxAttempts deliveries were made
+// ([pubsub.RetryPolicy]). Then the record goes to the group's bounded
+// dead-letter queue, with the attempts, the last error and the time, and
+// the partition moves on: one poison record cannot stall it. An error that
+// wraps [pubsub.ErrPermanent] skips the retries; so does a value the codec
+// cannot decode, which never reaches the handler. A panic in a handler is
+// recovered and counts as a failed attempt ([pubsub.PanicError]).
+//
+// # Bounded buffers and backpressure
+//
+// Each partition holds at most Retention.MaxMessages records. Records are
+// not freed when acked, so a group can replay them; they are freed when the
+// partition is full and every group has committed past them, or when they
+// are older than Retention.MaxAge. When a partition is full and nothing can
+// be freed:
+//
+//   - Block makes Publish wait for room, at most BlockTimeout and never past
+//     its context, then fail with [pubsub.ErrBackpressure], having appended
+//     nothing. The slowest group sets the pace of the producers.
+//   - DropOldest evicts the oldest record, read or not, and Publish never
+//     waits. A group that had not begun delivering an evicted record skips
+//     it.
+//
+// Nothing is lost silently: TopicStats counts what was reclaimed, dropped
+// and expired, and each group counts what it skipped in GroupStats.Skipped.
+// A group created after records were freed starts at the oldest record
+// still retained.
+//
+// # Shutdown
+//
+// [pubsub.Broker.Close] refuses new work with [pubsub.ErrClosed], fails
+// producers blocked on a full partition, waits (bounded by its context) for
+// every group that can make progress to commit everything, stops every
+// goroutine and waits for it. If its context ends first, it cancels the
+// context handlers were given and returns a [pubsub.ShutdownError] that
+// names each partition left behind with its committed and end offsets.
+// [pubsub.Broker.Drain] is the same barrier without the stop; tests wait on
+// it instead of sleeping.
+//
+// # What is not promised
+//
+//   - Durability: the log lives in memory and is gone with the process.
+//   - Anything across processes: one broker serves one process.
+//   - Exactly-once: at-least-once plus an idempotent handler is the way.
+//   - Order across partitions, or across topics.
+//
+// # Sizing
+//
+// Memory is bounded by retention: about MaxMessages × partitions × (the
+// encoded record size + roughly 150 bytes of bookkeeping: the record
+// header, its ID and slot). 4 partitions × 1024 records of 1 KiB is about
+// 4.6 MiB. Each group runs one parked goroutine per partition (a few KiB of
+// stack each) and costs no CPU while idle: workers wait on channels, never
+// on timers.
+//
+// # When to pick logbus over a channel
+//
+// A channel is the right tool between two goroutines that live and die
+// together. Pick logbus when producers and consumers are decoupled: when
+// several independent consumers each need every event, when a slow or
+// failing consumer must not lose events or block the others silently, when
+// events must be retried, parked or replayed, when per-key order must hold
+// while work spreads over goroutines, or when shutdown must drain what was
+// published. On the way it does what channels do not: it shares one copy of
+// each record between all groups, and a worker takes every record appended
+// since it last looked in one step.
 package logbus

@@ -6,6 +6,7 @@ package examples_test
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -116,5 +117,29 @@ func mustContain(t *testing.T, out string, want ...string) {
 	}
 	if t.Failed() {
 		t.Logf("output:\n%s", out)
+	}
+}
+
+// TestREADMEQuickStart keeps the README's quick start honest: it must be the
+// code of examples/quickstart, which this package builds and runs.
+func TestREADMEQuickStart(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(filepath.Join("quickstart", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := src[bytes.Index(src, []byte("package main")):]
+	if !bytes.Contains(readme, code) {
+		t.Error("README.md does not show examples/quickstart/main.go (from `package main` on): update the README")
+	}
+	if testing.Short() {
+		return
+	}
+	out := runTwice(t, "./quickstart")
+	if !bytes.Contains(readme, []byte(out)) {
+		t.Errorf("README.md does not show the quick start's output:\n%s", out)
 	}
 }
