@@ -214,12 +214,23 @@ func (t *Topic[K, V]) publish(ctx context.Context, key []byte, value V, opts []P
 	if err != nil {
 		return Position{}, fmt.Errorf("logbus: publish to topic %q: encode value: %w", t.Name(), err)
 	}
+	var headers map[string]string
+	if len(opts) > 0 {
+		headers = applyPublishOptions(opts).headers
+	}
+	pos, err := t.eng.Publish(ctx, key, v, headers)
+	return Position(pos), err
+}
+
+// applyPublishOptions is apart from publish so that the config, which the
+// options reach through an interface and so escapes, is allocated only
+// when there are options.
+func applyPublishOptions(opts []PublishOption) publishConfig {
 	var cfg publishConfig
 	for _, o := range opts {
 		o.applyPublish(&cfg)
 	}
-	pos, err := t.eng.Publish(ctx, key, v, cfg.headers)
-	return Position(pos), err
+	return cfg
 }
 
 // TopicStats counts what happened to a topic's records, over all partitions.

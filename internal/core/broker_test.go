@@ -869,3 +869,29 @@ func TestDuplicateConsumerName(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+// TestReclaimKeepsTheWholeWindow: reclaiming frees one record per append
+// that needs room, so a partition whose groups are caught up still holds
+// MaxMessages records for a replay to reach.
+func TestReclaimKeepsTheWholeWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 4}})
+		var h recorder
+		g := subscribe(t, b, "orders", "g", "c", h.handler("c"))
+		for _, v := range values("r", 10) {
+			publish(t, orders, "", v)
+			drain(t, b)
+		}
+		if s := orders.Partition(0).Stats(); s.Retained != 4 || s.Reclaimed != 6 {
+			t.Fatalf("stats %+v, want the last 4 records retained and 6 reclaimed", s)
+		}
+		if err := g.Replay(0); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, b)
+		if got := h.acked()[10:]; !slices.Equal(got, []string{"r006", "r007", "r008", "r009"}) {
+			t.Errorf("replay delivered %v, want the 4 retained records", got)
+		}
+	})
+}

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,8 +82,9 @@ type PartitionStats struct {
 //
 // Records leave in three ways, all under mu, and each is counted, so
 // Earliest == Reclaimed + Dropped + Expired always:
-//   - reclaim: when the log is full, records below the low-water mark (the
-//     slowest subscribed group's committed offset) are freed (Reclaimed). Nothing is
+//   - reclaim: when the log is full, the oldest record is freed if it lies
+//     below the low-water mark (the slowest subscribed group's committed
+//     offset) (Reclaimed). Nothing is
 //     freed earlier, so a group can replay what it already read, and nothing
 //     is freed while no group is subscribed, so a late group reads the
 //     backlog.
@@ -99,37 +101,45 @@ type Partition struct {
 	ret   Retention
 	clock Clock
 
-	// end and earliest mirror next and base for lock-free readers (Drain,
-	// Lag, a worker checking that a buffered record is still retained).
-	// Written under mu.
+	// end and earliest mirror next and base for readers that take no lock:
+	// a worker reading records, Drain, Lag. Written under mu.
 	end, earliest atomic.Int64
 
 	// roomWaiting is set by a producer about to wait for room and cleared by
 	// whoever wakes it. Committers read it without mu: see notifyCommit.
 	roomWaiting atomic.Bool
 
-	mu          sync.Mutex // guards everything below
-	ring        []*Record  // the retained records, oldest at head
-	head, size  int
-	base, next  int64          // offsets of the oldest retained record and of the next one
-	cursors     []*Cursor      // one per subscribed group: the low-water mark is their minimum
-	sealed      bool           // Close began: appends fail with ErrClosed
-	dataReady   chan struct{}  // closed by the append after a reader found nothing to read
-	dataWaiting bool           // someone holds dataReady
-	room        chan struct{}  // closed when room may have appeared, or on seal
-	stats       PartitionStats // Dropped, Expired, Blocked, TimedOut
-	_           [0]func()      // not comparable, not copyable by accident
+	// ring holds the retained records, record o in slot o % len(ring). Slots
+	// are written under mu and read without it (see Read), so they are
+	// atomic.
+	ring []atomic.Pointer[Record]
+
+	mu         sync.Mutex     // guards everything below
+	size       int            // records retained: next - base
+	base, next int64          // offsets of the oldest retained record and of the next one
+	cursors    []*Cursor      // one per subscribed group: the low-water mark is their minimum
+	sealed     bool           // Close began: appends fail with ErrClosed
+	readers    []reader       // readers waiting for the next append; see Read
+	room       chan struct{}  // closed when room may have appeared, or on seal
+	stats      PartitionStats // Reclaimed, Dropped, Expired, Blocked, TimedOut
+}
+
+// reader is a worker waiting for records: the next append rings its bell.
+// A bell has room for one ring, so ringing never blocks and a ring is never
+// lost. One entry per cursor: a restarted worker replaces its predecessor's.
+type reader struct {
+	cursor *Cursor
+	bell   chan struct{}
 }
 
 func newPartition(topic string, index int, ret Retention, clock Clock) *Partition {
 	return &Partition{
-		topic:     topic,
-		index:     index,
-		ret:       ret,
-		clock:     clock,
-		ring:      make([]*Record, ret.MaxMessages),
-		dataReady: make(chan struct{}),
-		room:      make(chan struct{}),
+		topic: topic,
+		index: index,
+		ret:   ret,
+		clock: clock,
+		ring:  make([]atomic.Pointer[Record], ret.MaxMessages),
+		room:  make(chan struct{}),
 	}
 }
 
@@ -209,15 +219,18 @@ func (p *Partition) Append(ctx context.Context, rec *Record) (int64, error) {
 	// mu is held here, and there is room.
 	off := p.next
 	rec.Offset = off
-	p.ring[(p.head+p.size)%len(p.ring)] = rec
+	p.ring[off%int64(len(p.ring))].Store(rec)
 	p.size++
 	p.next++
 	p.end.Store(p.next)
-	if p.dataWaiting {
-		close(p.dataReady)
-		p.dataReady = make(chan struct{})
-		p.dataWaiting = false
+	for i, r := range p.readers {
+		select {
+		case r.bell <- struct{}{}:
+		default: // already rung
+		}
+		p.readers[i] = reader{}
 	}
+	p.readers = p.readers[:0]
 	p.mu.Unlock()
 	return off, nil
 }
@@ -225,26 +238,47 @@ func (p *Partition) Append(ctx context.Context, rec *Record) (int64, error) {
 // Read copies the records from offset on into dst, as many as fit, and
 // returns how many it copied. When offset is below the earliest retained
 // record it copies nothing and returns that earliest offset as skipTo. When
-// offset is at the end it copies nothing and returns a channel that the next
-// Append closes.
-func (p *Partition) Read(offset int64, dst []*Record) (n int, skipTo int64, ready <-chan struct{}) {
+// offset is at the end it copies nothing and registers bell, for the cursor
+// that reads, to be rung by the next append; then the caller waits on bell.
+//
+// Records already appended are read without the partition's lock: a worker
+// that wakes takes every record appended since it last looked in one step,
+// however many producers are appending. That is safe because a slot is
+// written before the end offset that publishes it, and a record names its
+// own offset, so a slot that retention reused meanwhile is recognised and
+// the read stops there. Age retention, which trims on read, takes the lock.
+func (p *Partition) Read(offset int64, dst []*Record, c *Cursor, bell chan struct{}) (n int, skipTo int64, waiting bool) {
+	if p.ret.MaxAge <= 0 {
+		end := p.end.Load()
+		for n < len(dst) && offset+int64(n) < end {
+			rec := p.ring[(offset+int64(n))%int64(len(p.ring))].Load()
+			if rec == nil || rec.Offset != offset+int64(n) {
+				break // trimmed, and the slot reused or emptied
+			}
+			dst[n] = rec
+			n++
+		}
+		if n > 0 {
+			return n, 0, false
+		}
+	}
 	now := p.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.expireLocked(now)
 	switch {
 	case offset < p.base:
-		return 0, p.base, nil
+		return 0, p.base, false
 	case offset >= p.next:
-		p.dataWaiting = true
-		return 0, 0, p.dataReady
+		p.readers = slices.DeleteFunc(p.readers, func(r reader) bool { return r.cursor == c })
+		p.readers = append(p.readers, reader{cursor: c, bell: bell})
+		return 0, 0, true
 	}
-	start := p.head + int(offset-p.base)
-	n = min(len(dst), int(p.next-offset))
-	for i := range n {
-		dst[i] = p.ring[(start+i)%len(p.ring)]
+	for n < len(dst) && offset+int64(n) < p.next {
+		dst[n] = p.ring[(offset+int64(n))%int64(len(p.ring))].Load()
+		n++
 	}
-	return n, 0, nil
+	return n, 0, false
 }
 
 // notifyCommit wakes producers blocked for room after a group committed.
@@ -293,7 +327,7 @@ func (p *Partition) expiryLocked(now time.Time) (<-chan time.Time, func() bool) 
 		return nil, func() bool { return false }
 	}
 	// A record is trimmed once it is strictly older than MaxAge.
-	due := p.ring[p.head].Created.Add(p.ret.MaxAge).Sub(now) + time.Nanosecond
+	due := p.oldestLocked().Created.Add(p.ret.MaxAge).Sub(now) + time.Nanosecond
 	t := time.NewTimer(max(due, 0))
 	return t.C, t.Stop
 }
@@ -344,19 +378,21 @@ func (p *Partition) Stats() PartitionStats {
 	return s
 }
 
-// reclaimLocked frees the records every subscribed group has committed past.
+// reclaimLocked frees the oldest record if every subscribed group has
+// committed past it. One at a time, as appends need room: the log keeps as
+// many records as retention allows, so a replay reaches back as far as it
+// can.
 func (p *Partition) reclaimLocked() {
-	if len(p.cursors) == 0 {
-		return // keep the backlog for the first group
+	if len(p.cursors) == 0 || p.size == 0 {
+		return // no group yet: keep the backlog for the first one
 	}
-	low := p.next
 	for _, c := range p.cursors {
-		low = min(low, c.Committed())
+		if c.Committed() <= p.base {
+			return
+		}
 	}
-	for p.size > 0 && p.base < low {
-		p.evictLocked()
-		p.stats.Reclaimed++
-	}
+	p.evictLocked()
+	p.stats.Reclaimed++
 }
 
 // expireLocked trims the records older than MaxAge.
@@ -365,15 +401,16 @@ func (p *Partition) expireLocked(now time.Time) {
 		return
 	}
 	cutoff := now.Add(-p.ret.MaxAge)
-	for p.size > 0 && p.ring[p.head].Created.Before(cutoff) {
+	for p.size > 0 && p.oldestLocked().Created.Before(cutoff) {
 		p.evictLocked()
 		p.stats.Expired++
 	}
 }
 
+func (p *Partition) oldestLocked() *Record { return p.ring[p.base%int64(len(p.ring))].Load() }
+
 func (p *Partition) evictLocked() {
-	p.ring[p.head] = nil
-	p.head = (p.head + 1) % len(p.ring)
+	p.ring[p.base%int64(len(p.ring))].Store(nil)
 	p.size--
 	p.base++
 	p.earliest.Store(p.base)

@@ -3,6 +3,8 @@ package core
 import (
 	"errors"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -189,5 +191,26 @@ func TestDeadLetterQueueIsBounded(t *testing.T) {
 	letters, evicted := q.snapshot()
 	if len(letters) != 2 || letters[0].Attempts != 3 || letters[1].Attempts != 4 || evicted != 3 {
 		t.Errorf("got %d letters %+v and %d evicted, want the newest two and 3 evicted", len(letters), letters, evicted)
+	}
+}
+
+func TestDefaultIDsAreUniqueAndOrdered(t *testing.T) {
+	ids := NewIDSource()
+	seen := map[string]bool{}
+	var prefix string
+	for i := range 3*idBlock + 5 {
+		id := ids.NextID()
+		if seen[id] {
+			t.Fatalf("ID %q handed out twice", id)
+		}
+		seen[id] = true
+		p, n, ok := strings.Cut(id, "-")
+		if !ok || (prefix != "" && p != prefix) || n != strconv.Itoa(i+1) {
+			t.Fatalf("ID #%d is %q, want the broker's prefix and counter %d", i, id, i+1)
+		}
+		prefix = p
+	}
+	if other := NewIDSource().NextID(); strings.HasPrefix(other, prefix) {
+		t.Errorf("two sources share the prefix %q", prefix)
 	}
 }

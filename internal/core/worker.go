@@ -24,12 +24,13 @@ type worker struct {
 	m  *member
 
 	stop chan struct{} // closed by signal: finish the current delivery, then exit
+	bell chan struct{} // rung by the partition when records arrive; see Partition.Read
 	wg   sync.WaitGroup
 	buf  [readBatch]*Record
 }
 
 func startWorker(g *Group, gp *groupPartition, m *member) *worker {
-	w := &worker{g: g, gp: gp, m: m, stop: make(chan struct{})}
+	w := &worker{g: g, gp: gp, m: m, stop: make(chan struct{}), bell: make(chan struct{}, 1)}
 	// The goroutine exits when stop is closed (after its current delivery)
 	// or when the broker's handler context ends.
 	w.wg.Go(w.run)
@@ -53,7 +54,7 @@ func (w *worker) run() {
 	for !w.stopping() {
 		// Read the offset afresh each turn: it is the group's, not ours.
 		offset := cursor.Committed()
-		n, skipTo, ready := part.Read(offset, w.buf[:])
+		n, skipTo, waiting := part.Read(offset, w.buf[:], cursor, w.bell)
 		switch {
 		case skipTo > offset:
 			// Retention trimmed records this group had not read. Skip to the
@@ -63,9 +64,9 @@ func (w *worker) run() {
 				w.committed(skipTo)
 			}
 			continue
-		case n == 0:
+		case waiting:
 			select {
-			case <-ready:
+			case <-w.bell:
 			case <-w.stop:
 				return
 			}

@@ -1,0 +1,254 @@
+package pubsub_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/logbus/logbus/codec"
+	"github.com/logbus/logbus/pubsub"
+)
+
+// The benchmarks measure end-to-end throughput: a record counts once every
+// group's handler has acked it and its offset is committed. Publish runs in
+// b.Loop; the time to drain what is still buffered when the loop ends (at
+// most MaxMessages records per partition) is included in msgs/s, which is
+// why msgs/s, not ns/op, is the figure to compare. The channel benchmarks
+// are the same scenarios on raw buffered channels, for the ratio.
+//
+//	go test -run '^$' -bench . -count 6 ./pubsub/ > new.txt && benchstat new.txt
+
+var payload64 = make([]byte, 64)
+
+type payloadJSON struct {
+	Data []byte
+}
+
+const benchBuffer = 1024
+
+// benchTopic returns a topic with partitions partitions and groups groups
+// of consumers consumers each, whose handlers ack and count.
+func benchTopic[V any](b *testing.B, values codec.Codec[V], partitions, groups, consumers int) (*pubsub.Broker, *pubsub.Topic[string, V], *atomic.Int64) {
+	b.Helper()
+	br := pubsub.NewBroker()
+	b.Cleanup(func() { br.Close(context.Background()) })
+	topic, err := pubsub.NewTopic(br, "bench", codec.String(), values,
+		pubsub.WithPartitions(partitions),
+		pubsub.WithRetention(pubsub.Retention{MaxMessages: benchBuffer, BlockTimeout: time.Minute}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var handled atomic.Int64
+	h := pubsub.HandlerFunc[V](func(context.Context, pubsub.Message[V]) error {
+		handled.Add(1)
+		return nil
+	})
+	for g := range groups {
+		for c := range consumers {
+			if _, err := topic.Subscribe(fmt.Sprintf("g%d", g), fmt.Sprintf("c%d", c), h); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return br, topic, &handled
+}
+
+// finish drains, checks every record was handled by every group, and
+// reports msgs/s (published records per second, drain included).
+func finish(b *testing.B, br *pubsub.Broker, handled *atomic.Int64, published, groups int, start time.Time) {
+	b.Helper()
+	if err := br.Drain(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	if got, want := handled.Load(), int64(published*groups); got != want {
+		b.Fatalf("handled %d, want %d", got, want)
+	}
+	b.ReportMetric(float64(published)/elapsed.Seconds(), "msgs/s")
+}
+
+// BenchmarkS1 is one producer → one partition → one group that acks.
+func BenchmarkS1(b *testing.B) {
+	b.Run("codec=bytes", func(b *testing.B) {
+		br, topic, handled := benchTopic(b, codec.Bytes(), 1, 1, 1)
+		ctx := context.Background()
+		b.ReportAllocs()
+		start := time.Now()
+		for b.Loop() {
+			if _, err := topic.PublishValue(ctx, payload64); err != nil {
+				b.Fatal(err)
+			}
+		}
+		finish(b, br, handled, b.N, 1, start)
+	})
+	b.Run("codec=json", func(b *testing.B) {
+		br, topic, handled := benchTopic(b, codec.JSON[payloadJSON](), 1, 1, 1)
+		ctx := context.Background()
+		v := payloadJSON{Data: payload64}
+		b.ReportAllocs()
+		start := time.Now()
+		for b.Loop() {
+			if _, err := topic.PublishValue(ctx, v); err != nil {
+				b.Fatal(err)
+			}
+		}
+		finish(b, br, handled, b.N, 1, start)
+	})
+}
+
+// BenchmarkS2 is one producer → one partition → four groups: each record is
+// appended once and read by all four.
+func BenchmarkS2(b *testing.B) {
+	br, topic, handled := benchTopic(b, codec.Bytes(), 1, 4, 1)
+	ctx := context.Background()
+	b.ReportAllocs()
+	start := time.Now()
+	for b.Loop() {
+		if _, err := topic.PublishValue(ctx, payload64); err != nil {
+			b.Fatal(err)
+		}
+	}
+	finish(b, br, handled, b.N, 4, start)
+}
+
+// BenchmarkS3 is four producers → four partitions → one group of four
+// consumers.
+func BenchmarkS3(b *testing.B) {
+	br, topic, handled := benchTopic(b, codec.Bytes(), 4, 1, 4)
+	var published atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(max(1, 4/benchProcs()))
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		key := fmt.Sprintf("producer-%d", published.Add(1))
+		n := int64(0)
+		for pb.Next() {
+			if _, err := topic.Publish(ctx, key, payload64); err != nil {
+				b.Error(err)
+				return
+			}
+			n++
+		}
+		published.Add(n - 1)
+	})
+	finish(b, br, handled, int(published.Load()), 1, start)
+}
+
+// BenchmarkScaling varies partitions and groups with one producer that
+// spreads keyless records round robin.
+func BenchmarkScaling(b *testing.B) {
+	for _, parts := range []int{1, 4, 16, 64} {
+		for _, groups := range []int{1, 4, 16} {
+			b.Run(fmt.Sprintf("partitions=%d/groups=%d", parts, groups), func(b *testing.B) {
+				br, topic, handled := benchTopic(b, codec.Bytes(), parts, groups, 1)
+				ctx := context.Background()
+				b.ReportAllocs()
+				start := time.Now()
+				for b.Loop() {
+					if _, err := topic.PublishValue(ctx, payload64); err != nil {
+						b.Fatal(err)
+					}
+				}
+				finish(b, br, handled, b.N, groups, start)
+			})
+		}
+	}
+}
+
+// The channel equivalents.
+
+// BenchmarkChannelS1 is one producer → one buffered channel → one consumer.
+func BenchmarkChannelS1(b *testing.B) {
+	ch := make(chan []byte, benchBuffer)
+	var wg sync.WaitGroup
+	var handled int64
+	wg.Go(func() {
+		for range ch {
+			handled++
+		}
+	})
+	b.ReportAllocs()
+	start := time.Now()
+	for b.Loop() {
+		ch <- payload64
+	}
+	close(ch)
+	wg.Wait()
+	if handled != int64(b.N) {
+		b.Fatalf("handled %d of %d", handled, b.N)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
+
+// BenchmarkChannelS2 fans each record out to four channels: the producer
+// sends the same slice to each (no copy, the cheapest fan-out a channel can
+// do).
+func BenchmarkChannelS2(b *testing.B) {
+	chans := make([]chan []byte, 4)
+	var wg sync.WaitGroup
+	var handled atomic.Int64
+	for i := range chans {
+		chans[i] = make(chan []byte, benchBuffer)
+		wg.Go(func() {
+			n := int64(0)
+			for range chans[i] {
+				n++
+			}
+			handled.Add(n)
+		})
+	}
+	b.ReportAllocs()
+	start := time.Now()
+	for b.Loop() {
+		for _, ch := range chans {
+			ch <- payload64
+		}
+	}
+	for _, ch := range chans {
+		close(ch)
+	}
+	wg.Wait()
+	if handled.Load() != int64(4*b.N) {
+		b.Fatalf("handled %d of %d", handled.Load(), 4*b.N)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
+
+// BenchmarkChannelS3 is four producers → four channels → four consumers.
+func BenchmarkChannelS3(b *testing.B) {
+	chans := make([]chan []byte, 4)
+	var wg sync.WaitGroup
+	var handled atomic.Int64
+	for i := range chans {
+		chans[i] = make(chan []byte, benchBuffer)
+		wg.Go(func() {
+			n := int64(0)
+			for range chans[i] {
+				n++
+			}
+			handled.Add(n)
+		})
+	}
+	var producer atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(max(1, 4/benchProcs()))
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		ch := chans[(producer.Add(1)-1)%4]
+		for pb.Next() {
+			ch <- payload64
+		}
+	})
+	for _, ch := range chans {
+		close(ch)
+	}
+	wg.Wait()
+	if handled.Load() != int64(b.N) {
+		b.Fatalf("handled %d of %d", handled.Load(), b.N)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
