@@ -3,6 +3,7 @@ package pubsub_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -120,7 +121,7 @@ func BenchmarkS3(b *testing.B) {
 	br, topic, handled := benchTopic(b, codec.Bytes(), 4, 1, 4)
 	var published atomic.Int64
 	b.ReportAllocs()
-	b.SetParallelism(max(1, 4/benchProcs()))
+	b.SetParallelism(max(1, 4/runtime.GOMAXPROCS(0)))
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
@@ -163,37 +164,28 @@ func BenchmarkScaling(b *testing.B) {
 
 // BenchmarkChannelS1 is one producer → one buffered channel → one consumer.
 func BenchmarkChannelS1(b *testing.B) {
-	ch := make(chan []byte, benchBuffer)
-	var wg sync.WaitGroup
-	var handled int64
-	wg.Go(func() {
-		for range ch {
-			handled++
-		}
-	})
+	chans, wait := channelConsumers(1)
 	b.ReportAllocs()
 	start := time.Now()
 	for b.Loop() {
-		ch <- payload64
+		chans[0] <- payload64
 	}
-	close(ch)
-	wg.Wait()
-	if handled != int64(b.N) {
+	if handled := wait(); handled != int64(b.N) {
 		b.Fatalf("handled %d of %d", handled, b.N)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 }
 
-// BenchmarkChannelS2 fans each record out to four channels: the producer
-// sends the same slice to each (no copy, the cheapest fan-out a channel can
-// do).
-func BenchmarkChannelS2(b *testing.B) {
-	chans := make([]chan []byte, 4)
+// channelConsumers starts n consumers, each draining its own buffered
+// channel, and returns the channels and a wait that closes them and returns
+// how many values were received in all.
+func channelConsumers(n int) ([]chan []byte, func() int64) {
+	chans := make([]chan []byte, n)
 	var wg sync.WaitGroup
 	var handled atomic.Int64
 	for i := range chans {
 		chans[i] = make(chan []byte, benchBuffer)
-		wg.Go(func() {
+		wg.Go(func() { // exits when its channel is closed
 			n := int64(0)
 			for range chans[i] {
 				n++
@@ -201,6 +193,20 @@ func BenchmarkChannelS2(b *testing.B) {
 			handled.Add(n)
 		})
 	}
+	return chans, func() int64 {
+		for _, ch := range chans {
+			close(ch)
+		}
+		wg.Wait()
+		return handled.Load()
+	}
+}
+
+// BenchmarkChannelS2 fans each record out to four channels: the producer
+// sends the same slice to each (no copy, the cheapest fan-out a channel can
+// do).
+func BenchmarkChannelS2(b *testing.B) {
+	chans, wait := channelConsumers(4)
 	b.ReportAllocs()
 	start := time.Now()
 	for b.Loop() {
@@ -208,34 +214,18 @@ func BenchmarkChannelS2(b *testing.B) {
 			ch <- payload64
 		}
 	}
-	for _, ch := range chans {
-		close(ch)
-	}
-	wg.Wait()
-	if handled.Load() != int64(4*b.N) {
-		b.Fatalf("handled %d of %d", handled.Load(), 4*b.N)
+	if handled := wait(); handled != int64(4*b.N) {
+		b.Fatalf("handled %d of %d", handled, 4*b.N)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 }
 
 // BenchmarkChannelS3 is four producers → four channels → four consumers.
 func BenchmarkChannelS3(b *testing.B) {
-	chans := make([]chan []byte, 4)
-	var wg sync.WaitGroup
-	var handled atomic.Int64
-	for i := range chans {
-		chans[i] = make(chan []byte, benchBuffer)
-		wg.Go(func() {
-			n := int64(0)
-			for range chans[i] {
-				n++
-			}
-			handled.Add(n)
-		})
-	}
+	chans, wait := channelConsumers(4)
 	var producer atomic.Int64
 	b.ReportAllocs()
-	b.SetParallelism(max(1, 4/benchProcs()))
+	b.SetParallelism(max(1, 4/runtime.GOMAXPROCS(0)))
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		ch := chans[(producer.Add(1)-1)%4]
@@ -243,12 +233,8 @@ func BenchmarkChannelS3(b *testing.B) {
 			ch <- payload64
 		}
 	})
-	for _, ch := range chans {
-		close(ch)
-	}
-	wg.Wait()
-	if handled.Load() != int64(b.N) {
-		b.Fatalf("handled %d of %d", handled.Load(), b.N)
+	if handled := wait(); handled != int64(b.N) {
+		b.Fatalf("handled %d of %d", handled, b.N)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -141,24 +142,6 @@ func (r *recorder[V]) values() []V {
 		out[i] = m.Value
 	}
 	return out
-}
-
-// testClock is a Clock the test moves by hand.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 // seqIDs hands out "msg-1", "msg-2", ...
@@ -430,7 +413,7 @@ func TestAttemptCountsUpOnRedelivery(t *testing.T) {
 // partition moves on.
 func TestRetriesThenDeadLetters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clock := &testClock{now: epoch}
+		clock := pubsubtest.NewClock(epoch)
 		b := newBroker(t, pubsub.WithClock(clock))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		rec := &recorder[string]{fail: func(_ context.Context, msg pubsub.Message[string]) error {
@@ -541,7 +524,7 @@ func TestHandlerPanicBecomesPanicError(t *testing.T) {
 // Every Message field, with an injected clock and ID source.
 func TestMessageFields(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		clock := &testClock{now: epoch}
+		clock := pubsubtest.NewClock(epoch)
 		b := newBroker(t, pubsub.WithClock(clock), pubsub.WithIDs(&seqIDs{}))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String(),
 			pubsub.WithPartitions(2), pubsub.WithPartitioner(pubsub.RoundRobin()))

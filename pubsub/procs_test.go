@@ -1,5 +1,0 @@
-package pubsub_test
-
-import "runtime"
-
-func benchProcs() int { return runtime.GOMAXPROCS(0) }
