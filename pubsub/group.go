@@ -141,7 +141,10 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 // seeks, replays and rebalances lose nothing. All methods are safe for
 // concurrent use; the ones that start or stop workers (Leave, Pause, Resume,
 // Seek, Replay) wait for the deliveries they interrupt and must not be
-// called from the group's own handlers.
+// called from the group's own handlers. After Broker.Close, Leave, Seek and
+// Replay fail with ErrClosed, Pause and Resume do nothing, and the methods
+// that only read (Assignment, Committed, Lag, Stats, DeadLetters) keep
+// working.
 type Group[V any] struct {
 	eng    engineGroup
 	values codec.Codec[V]

@@ -13,7 +13,9 @@ import (
 // Topic is a named log of records with keys of type K and values of type V,
 // split into a fixed number of partitions. Records with equal encoded keys
 // always land in the same partition, and each partition is delivered to each
-// group in offset order. All methods are safe for concurrent use.
+// group in offset order. All methods are safe for concurrent use. After
+// Broker.Close, Publish, Subscribe and Stream fail with ErrClosed; Stats and
+// Offsets keep working.
 type Topic[K, V any] struct {
 	b      *Broker
 	eng    engineTopic

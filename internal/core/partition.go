@@ -82,11 +82,10 @@ type PartitionStats struct {
 //
 // Records leave in three ways, all under mu, and each is counted, so
 // Earliest == Reclaimed + Dropped + Expired always:
-//   - reclaim: when the log is full, the oldest record is freed if it lies
-//     below the low-water mark (the slowest subscribed group's committed
-//     offset) (Reclaimed). Nothing is
-//     freed earlier, so a group can replay what it already read, and nothing
-//     is freed while no group is subscribed, so a late group reads the
+//   - reclaim: when the log is full, the oldest record is freed if every
+//     subscribed group has committed past it (Reclaimed). Nothing is freed
+//     earlier, so a group can replay what it already read, and nothing is
+//     freed while no group is subscribed, so the first group reads the
 //     backlog.
 //   - drop: under DropOldest, when reclaiming is not enough, the oldest
 //     record goes even if a group has not read it (counted in Dropped).

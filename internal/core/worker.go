@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// readBatch is how many records a worker takes from its partition per lock.
-// A worker that wakes takes everything appended since, up to this many, and
-// delivers them without touching the partition's lock again.
+// readBatch is how many records a worker takes from its partition per read.
+// A worker that wakes takes everything appended since, up to this many, in
+// one read without the partition's lock, and delivers them.
 const readBatch = 64
 
 // worker is the goroutine that serves one (group, partition): read at the
@@ -31,8 +31,9 @@ type worker struct {
 
 func startWorker(g *Group, gp *groupPartition, m *member) *worker {
 	w := &worker{g: g, gp: gp, m: m, stop: make(chan struct{}), bell: make(chan struct{}, 1)}
-	// The goroutine exits when stop is closed (after its current delivery)
-	// or when the broker's handler context ends.
+	// The goroutine exits when stop is closed, after its current delivery;
+	// sooner, without committing, when the broker's handler context ends
+	// while a delivery is in flight.
 	w.wg.Go(w.run)
 	return w
 }
