@@ -104,9 +104,9 @@ type Partition struct {
 	// a worker reading records, Drain, Lag. Written under mu.
 	end, earliest atomic.Int64
 
-	// roomWaiting is set by a producer about to wait for room and cleared by
-	// whoever wakes it. Committers read it without mu: see notifyCommit.
-	roomWaiting atomic.Bool
+	// roomWaiters counts the producers waiting for room. Committers read it
+	// without mu: see notifyCommit.
+	roomWaiters atomic.Int32
 
 	// ring holds the retained records, record o in slot o % len(ring). Slots
 	// are written under mu and read without it (see Read), so they are
@@ -162,6 +162,7 @@ func (p *Partition) Append(ctx context.Context, rec *Record) (int64, error) {
 	var (
 		timeout  <-chan time.Time // started on the first wait, shared by the later ones
 		timedOut bool
+		waiting  bool // counted in roomWaiters
 	)
 	for {
 		now := p.now()
@@ -174,20 +175,26 @@ func (p *Partition) Append(ctx context.Context, rec *Record) (int64, error) {
 		if p.size < len(p.ring) {
 			break
 		}
-		if p.ret.OnFull == Block {
-			// Announce the wait before looking at the cursors: a commit either
-			// lands before the look (and frees room now) or sees the flag and
-			// wakes us. See notifyCommit.
-			p.roomWaiting.Store(true)
-		}
 		p.reclaimLocked()
 		if p.size < len(p.ring) {
-			break
+			break // the steady state of a full partition whose groups keep up
 		}
 		if p.ret.OnFull == DropOldest {
 			p.evictLocked()
 			p.stats.Dropped++
 			break
+		}
+		if !waiting {
+			// Announce the wait, then look at the cursors again: a commit
+			// either lands before this look (and frees room now) or sees the
+			// count and wakes us. See notifyCommit.
+			waiting = true
+			p.roomWaiters.Add(1)
+			defer p.roomWaiters.Add(-1)
+			p.reclaimLocked()
+			if p.size < len(p.ring) {
+				break
+			}
 		}
 		if timedOut { // the last look after the deadline found no room either
 			p.stats.TimedOut++
@@ -284,14 +291,15 @@ func (p *Partition) Read(offset int64, dst []*Record, c *Cursor, bell chan struc
 // It costs one atomic load when nobody waits, which is every commit on an
 // unblocked partition.
 //
-// Why no wake-up is lost: a producer stores roomWaiting before it reads the
-// cursors, a committer writes its cursor before it loads roomWaiting, and
+// Why no wake-up is lost: a producer counts itself in roomWaiters before its
+// last look at the cursors, a committer writes its cursor before it loads
+// roomWaiters, and
 // both are sequentially consistent atomics, so at least one of them sees the
 // other. If the producer saw the commit it has room; if the committer saw the
-// flag it takes mu, which the producer holds until it has taken the room
+// count it takes mu, which the producer holds until it has taken the room
 // channel it will wait on, and closes that very channel.
 func (p *Partition) notifyCommit() {
-	if !p.roomWaiting.Load() {
+	if p.roomWaiters.Load() == 0 {
 		return
 	}
 	p.mu.Lock()
@@ -300,7 +308,6 @@ func (p *Partition) notifyCommit() {
 }
 
 func (p *Partition) wakeProducersLocked() {
-	p.roomWaiting.Store(false)
 	close(p.room)
 	p.room = make(chan struct{})
 }
@@ -344,7 +351,7 @@ func (p *Partition) seek(c *Cursor, offset int64, clamp bool) (int64, error) {
 			ErrOffsetOutOfRange, p.topic, p.index, offset, p.base, p.next)
 	}
 	c.Set(offset)
-	if p.roomWaiting.Load() {
+	if p.roomWaiters.Load() > 0 {
 		p.wakeProducersLocked() // a forward seek can free room
 	}
 	return offset, nil
