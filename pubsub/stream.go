@@ -18,6 +18,11 @@ import (
 // nothing further (per-key order) and its offset is not committed
 // (at-least-once). Deliveries of different partitions can be outstanding at
 // once.
+//
+// Leave the group with Stream.Close, not Group.Leave: Close gives the
+// outstanding deliveries back at once, while Leave waits for them to be
+// settled, which never happens if the goroutine that would settle them is
+// the one calling Leave.
 type Stream[V any] struct {
 	group    *Group[V]
 	consumer string
@@ -63,7 +68,7 @@ func (t *Topic[K, V]) Stream(group, consumer string, opts ...SubscribeOption) (*
 		select {
 		case s.ch <- d:
 		case <-s.done:
-			return core.ErrAbandoned
+			return core.ErrNotDelivered
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -481,3 +481,30 @@ func TestStreamCloseIsIdempotent(t *testing.T) {
 		}
 	})
 }
+
+// A delivery that no one received when its Stream closed was never
+// attempted: the consumer it goes to next sees Attempt 1, and no failure is
+// counted. The interleaving: the worker is blocked handing the message to
+// the stream's channel when Close gives it back.
+func TestStreamCloseBeforeReceiveKeepsTheAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+		s := mustStream(t, topic, "workers", "w1")
+		mustPublishValue(t, topic, "job")
+		synctest.Wait() // the worker waits for someone to receive from s.C()
+		var rec recorder[string]
+		mustSubscribe(t, topic, "workers", "w2", &rec)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, b)
+		calls := rec.calls()
+		if len(calls) != 1 || calls[0].Value != "job" || calls[0].Attempt != 1 {
+			t.Fatalf("w2 got %+v, want \"job\" once with Attempt 1", calls)
+		}
+		if st := s.Group().Stats(); st.Retried != 0 || st.Delivered != 1 {
+			t.Errorf("stats %+v, want 1 delivered and no retry", st)
+		}
+	})
+}

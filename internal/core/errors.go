@@ -37,6 +37,11 @@ var (
 // partition's next owner. It never reaches users.
 var ErrAbandoned = errors.New("logbus: delivery abandoned")
 
+// ErrNotDelivered is ErrAbandoned for a delivery that never reached the
+// consumer (a Stream closed before anyone received it): the attempt is not
+// counted, so the next delivery carries the same attempt number.
+var ErrNotDelivered = fmt.Errorf("%w before it reached the consumer", ErrAbandoned)
+
 // PanicError is what a handler's panic becomes: the worker recovers it, keeps
 // running, and counts the delivery as a failed attempt.
 type PanicError struct {

@@ -146,6 +146,9 @@ func (w *worker) deliver(rec *Record) outcome {
 			gp.state.Store(int32(Acked))
 			g.delivered.Add(1)
 			return settled
+		case errors.Is(err, ErrNotDelivered):
+			gp.attempts = attempt - 1 // it never happened
+			return interrupted
 		case errors.Is(err, ErrAbandoned), hardStop.Err() != nil:
 			return interrupted
 		case errors.Is(err, ErrPermanent) || attempt >= g.retry.MaxAttempts:
