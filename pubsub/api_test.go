@@ -1,0 +1,68 @@
+package pubsub_test
+
+// The public surface that users, examples and other code rely on, pinned at
+// compile time: a rename or a changed signature breaks the build here first.
+
+import (
+	"context"
+	"time"
+
+	"github.com/logbus/logbus/codec"
+	"github.com/logbus/logbus/pubsub"
+)
+
+var (
+	_ func(...pubsub.BrokerOption) *pubsub.Broker                                                                                    = pubsub.NewBroker
+	_ func(pubsub.Clock) pubsub.BrokerOption                                                                                         = pubsub.WithClock
+	_ func(pubsub.RetryPolicy) pubsub.BrokerOption                                                                                   = pubsub.WithRetry
+	_ func(*pubsub.Broker, context.Context) error                                                                                    = (*pubsub.Broker).Drain
+	_ func(*pubsub.Broker, context.Context) error                                                                                    = (*pubsub.Broker).Close
+	_ func(*pubsub.Broker) pubsub.State                                                                                              = (*pubsub.Broker).State
+	_ func(*pubsub.Broker, string, string) (int64, error)                                                                            = (*pubsub.Broker).Lag
+	_ func(*pubsub.Broker, string, string, int64) error                                                                              = (*pubsub.Broker).Replay
+	_                                                                                                                                = []pubsub.State{pubsub.Running, pubsub.Draining, pubsub.Stopped}
+	_ func(*pubsub.Broker, string, codec.Codec[string], codec.Codec[int], ...pubsub.TopicOption) (*pubsub.Topic[string, int], error) = pubsub.NewTopic[string, int]
+	_ func(int) pubsub.TopicOption                                                                                                   = pubsub.WithPartitions
+	_ func(pubsub.Retention) pubsub.TopicOption                                                                                      = pubsub.WithRetention
+	_ func(pubsub.Partitioner) pubsub.TopicOption                                                                                    = pubsub.WithPartitioner
+	_                                                                                                                                = pubsub.Retention{MaxMessages: 1, MaxAge: time.Second, OnFull: pubsub.DropOldest, BlockTimeout: time.Second}
+	_                                                                                                                                = []pubsub.FullPolicy{pubsub.Block, pubsub.DropOldest}
+	_ func() pubsub.Partitioner                                                                                                      = pubsub.KeyHash
+	_ func() pubsub.Partitioner                                                                                                      = pubsub.RoundRobin
+	_ func(int) pubsub.Partitioner                                                                                                   = pubsub.Sticky
+	_ func(*pubsub.Topic[string, int]) string                                                                                        = (*pubsub.Topic[string, int]).Name
+	_ func(*pubsub.Topic[string, int]) int                                                                                           = (*pubsub.Topic[string, int]).Partitions
+	_ func(*pubsub.Topic[string, int], context.Context, string, int, ...pubsub.PublishOption) (pubsub.Position, error)               = (*pubsub.Topic[string, int]).Publish
+	_ func(*pubsub.Topic[string, int], context.Context, int, ...pubsub.PublishOption) (pubsub.Position, error)                       = (*pubsub.Topic[string, int]).PublishValue
+	_ func(map[string]string) pubsub.PublishOption                                                                                   = pubsub.WithHeaders
+	_                                                                                                                                = pubsub.Position{Partition: 1, Offset: 2}
+	_ pubsub.Handler[int]                                                                                                            = pubsub.HandlerFunc[int](nil)
+	_                                                                                                                                = pubsub.Message[int]{ID: "", Topic: "", Partition: 0, Offset: 0, Key: nil, Value: 0, Headers: nil, Created: time.Time{}, Attempt: 1}
+	_ func(*pubsub.Topic[string, int], string, string, pubsub.Handler[int], ...pubsub.SubscribeOption) (*pubsub.Group[int], error)   = (*pubsub.Topic[string, int]).Subscribe
+	_ func(*pubsub.Group[int]) string                                                                                                = (*pubsub.Group[int]).Name
+	_ func(*pubsub.Group[int], string) error                                                                                         = (*pubsub.Group[int]).Leave
+	_ func(*pubsub.Group[int]) map[string][]int                                                                                      = (*pubsub.Group[int]).Assignment
+	_ func(*pubsub.Group[int])                                                                                                       = (*pubsub.Group[int]).Pause
+	_ func(*pubsub.Group[int])                                                                                                       = (*pubsub.Group[int]).Resume
+	_ func(*pubsub.Group[int], int, int64) error                                                                                     = (*pubsub.Group[int]).Seek
+	_ func(*pubsub.Group[int], int64) error                                                                                          = (*pubsub.Group[int]).Replay
+	_ func(*pubsub.Group[int], int) int64                                                                                            = (*pubsub.Group[int]).Committed
+	_ func(*pubsub.Group[int]) int64                                                                                                 = (*pubsub.Group[int]).Lag
+	_ func(*pubsub.Group[int]) pubsub.GroupStats                                                                                     = (*pubsub.Group[int]).Stats
+	_ func(*pubsub.Group[int]) []pubsub.DeadLetter[int]                                                                              = (*pubsub.Group[int]).DeadLetters
+	_                                                                                                                                = pubsub.GroupStats{Delivered: 1, Retried: 1, DeadLettered: 1, Skipped: 1}
+	_                                                                                                                                = pubsub.DeadLetter[int]{Message: pubsub.Message[int]{}, Attempts: 1, Err: nil, FailedAt: time.Time{}}
+	_ func(*pubsub.Topic[string, int], string, string, ...pubsub.SubscribeOption) (*pubsub.Stream[int], error)                       = (*pubsub.Topic[string, int]).Stream
+	_ func(*pubsub.Stream[int]) <-chan *pubsub.Delivery[int]                                                                         = (*pubsub.Stream[int]).C
+	_ func(*pubsub.Stream[int]) *pubsub.Group[int]                                                                                   = (*pubsub.Stream[int]).Group
+	_ func(*pubsub.Stream[int]) error                                                                                                = (*pubsub.Stream[int]).Close
+	_ func(*pubsub.Delivery[int])                                                                                                    = (*pubsub.Delivery[int]).Ack
+	_ func(*pubsub.Delivery[int], error)                                                                                             = (*pubsub.Delivery[int]).Nack
+	_                                                                                                                                = []error{pubsub.ErrTopicExists, pubsub.ErrTopicNotFound, pubsub.ErrClosed, pubsub.ErrBackpressure, pubsub.ErrOffsetOutOfRange, pubsub.ErrSubscription, pubsub.ErrInvalid}
+	_ func() codec.Codec[[]byte]                                                                                                     = codec.Bytes
+	_ func() codec.Codec[string]                                                                                                     = codec.String
+	_ func() codec.Codec[int]                                                                                                        = codec.JSON[int]
+	_ func() codec.Codec[int]                                                                                                        = codec.Gob[int]
+	_ func() codec.Codec[int8]                                                                                                       = codec.Int[int8]
+	_ func(func(int) ([]byte, error), func([]byte) (int, error)) codec.Codec[int]                                                    = codec.Func[int]
+)
