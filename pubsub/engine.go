@@ -18,7 +18,11 @@ import (
 //
 // Config and result types (core.Record, core.TopicConfig, core.GroupConfig,
 // core.GroupStats, core.DeadLetter, core.PartitionStats) are plain data and
-// cross the boundary by value.
+// cross the boundary by value. The sentinel errors, PanicError,
+// ShutdownError and the partitioners are the engine's own values,
+// re-exported (errors.go, topic.go): a second engine must return and accept
+// the same ones. The only engine-specific signal a handler sends back is
+// core.ErrAbandoned (and core.ErrNotDelivered), from Stream.
 type (
 	engine interface {
 		CreateTopic(name string, cfg core.TopicConfig) (*core.Topic, error)
