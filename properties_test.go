@@ -521,7 +521,8 @@ func (m *machine) newEpoch(group string, p int, start int64) {
 
 // Advance moves virtual time: backoffs end, age retention trims.
 func (m *machine) Advance(t *rapid.T) {
-	time.Sleep(rapid.SampledFrom([]time.Duration{time.Millisecond, 100 * time.Millisecond, time.Second, 10 * time.Second}).Draw(t, "sleep"))
+	time.Sleep(rapid.SampledFrom( // virtual time: the suite runs in a synctest bubble
+		[]time.Duration{time.Millisecond, 100 * time.Millisecond, time.Second, 10 * time.Second}).Draw(t, "sleep"))
 }
 
 // Drain waits for every active group to catch up, then checks that it did
@@ -558,7 +559,7 @@ func (m *machine) handler(group, consumer string) pubsub.HandlerFunc[job] {
 		ep := m.epochIdx[k]
 		m.mu.Unlock()
 		if msg.Value.Slow {
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // virtual time, in the bubble
 		}
 
 		var err error
