@@ -44,8 +44,11 @@ func WithClock(c Clock) BrokerOption {
 // many goroutines at once, and must never return the same value twice.
 type IDSource interface{ NextID() string }
 
-// WithIDs sets the source of message IDs, overriding the default: a random
-// per-broker prefix and a counter ("3f9a0c1d2e4b-17").
+// WithIDs sets the source of message IDs, overriding the default, which
+// names a record by its position: a random per-broker prefix, the topic's
+// creation number in the broker, the partition and the offset
+// ("3f9a0c1d2e4b-1-0-17"). Default IDs are unique in the process and cost
+// the producer nothing; an IDSource is called on every publish.
 func WithIDs(ids IDSource) BrokerOption {
 	return brokerOptionFunc(func(cfg *core.Config) { cfg.IDs = ids })
 }

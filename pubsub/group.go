@@ -53,9 +53,9 @@ type Message[V any] struct {
 
 func newMessage[V any](rec *core.Record, value V, attempt int) Message[V] {
 	return Message[V]{
-		ID:        rec.ID,
-		Topic:     rec.Topic,
-		Partition: rec.Partition,
+		ID:        rec.ID(),
+		Topic:     rec.Topic(),
+		Partition: rec.Partition(),
 		Offset:    rec.Offset,
 		Key:       bytes.Clone(rec.Key), // the record is shared by every group
 		Value:     value,
@@ -116,7 +116,7 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 		h = func(ctx context.Context, rec *core.Record, attempt int) error {
 			v, err := t.values.Decode(rec.Value)
 			if err != nil {
-				return &DecodeError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Err: err}
+				return &DecodeError{Topic: rec.Topic(), Partition: rec.Partition(), Offset: rec.Offset, Err: err}
 			}
 			return handle(ctx, newMessage(rec, v, attempt))
 		}

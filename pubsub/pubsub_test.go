@@ -597,6 +597,48 @@ func TestMessageFields(t *testing.T) {
 	})
 }
 
+// Every group sees a record under the same default ID, and records of two
+// topics with the same partition and offset have different IDs.
+func TestDefaultIDsAreTheSameForEveryGroup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		var mu sync.Mutex
+		seen := map[string]map[string]string{} // group -> "topic/offset" -> ID
+		for _, name := range []string{"a", "b"} {
+			topic := mustTopic(t, b, name, codec.String(), codec.Int[int]())
+			for _, group := range []string{"g1", "g2"} {
+				mustSubscribe(t, topic, group, "c", pubsub.HandlerFunc[int](func(_ context.Context, msg pubsub.Message[int]) error {
+					mu.Lock()
+					defer mu.Unlock()
+					if seen[group] == nil {
+						seen[group] = map[string]string{}
+					}
+					seen[group][fmt.Sprintf("%s/%d", msg.Topic, msg.Offset)] = msg.ID
+					return nil
+				}))
+			}
+			for i := range 150 { // more than one block of IDs
+				if _, err := topic.PublishValue(context.Background(), i); err != nil {
+					t.Fatalf("PublishValue: got %v, want nil", err)
+				}
+			}
+		}
+		drain(t, b)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen["g1"]) != 300 || !maps.Equal(seen["g1"], seen["g2"]) {
+			t.Fatalf("g1 saw %d records, g2 %d; want the same 300 records under the same IDs", len(seen["g1"]), len(seen["g2"]))
+		}
+		distinct := map[string]bool{}
+		for _, id := range seen["g1"] {
+			distinct[id] = true
+		}
+		if len(distinct) != 300 {
+			t.Errorf("got %d distinct IDs over 300 records of two topics, want 300", len(distinct))
+		}
+	})
+}
+
 // The default IDs are non-empty and unique, within a broker and across two.
 func TestDefaultIDsAreUniqueAcrossBrokers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

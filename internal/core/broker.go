@@ -33,17 +33,20 @@ func (s State) String() string {
 // Config is what a broker is created with. Zero fields mean the defaults.
 type Config struct {
 	Clock Clock       // default WallClock
-	IDs   IDSource    // default NewIDSource
+	IDs   IDSource    // default: records are named by position (see recordIDs)
 	Retry RetryPolicy // every group's, unless the group sets its own
 }
 
 // Broker is the registry of topics and groups, and owns their lifecycle.
 // All its methods are safe for concurrent use.
 type Broker struct {
-	clock   Clock
-	ids     IDSource
-	retry   RetryPolicy
-	offsets *OffsetStore
+	clock Clock
+	ids   IDSource // nil: records are named by position
+	retry RetryPolicy
+
+	idPrefix string       // the default IDs' per-broker prefix
+	topicSeq atomic.Int64 // numbers topics for the default IDs
+	offsets  *OffsetStore
 
 	// handlerCtx is every handler's context. It ends only when Close gives up
 	// on draining, to hurry the handlers still running.
@@ -73,12 +76,10 @@ func NewBroker(cfg Config) (*Broker, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = WallClock()
 	}
-	if cfg.IDs == nil {
-		cfg.IDs = NewIDSource()
-	}
 	b := &Broker{
 		clock:    cfg.Clock,
 		ids:      cfg.IDs,
+		idPrefix: newBrokerIDPrefix(),
 		retry:    retry,
 		offsets:  NewOffsetStore(),
 		topics:   make(map[string]*Topic),

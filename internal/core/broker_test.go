@@ -47,11 +47,11 @@ func TestTwoGroupsHaveIndependentCursorsAndPerKeyOrder(t *testing.T) {
 		// The groups share records: both were handed the very same *Record.
 		byPos := map[Position]*Record{}
 		for _, d := range billing.snapshot() {
-			byPos[Position{d.rec.Partition, d.rec.Offset}] = d.rec
+			byPos[Position{d.rec.Partition(), d.rec.Offset}] = d.rec
 		}
 		for _, d := range audit.snapshot() {
-			if byPos[Position{d.rec.Partition, d.rec.Offset}] != d.rec {
-				t.Errorf("record %d/%d was copied for audit", d.rec.Partition, d.rec.Offset)
+			if byPos[Position{d.rec.Partition(), d.rec.Offset}] != d.rec {
+				t.Errorf("record %d/%d was copied for audit", d.rec.Partition(), d.rec.Offset)
 			}
 		}
 	})
@@ -499,7 +499,7 @@ func TestRebalanceNeitherLosesNorRedelivers(t *testing.T) {
 		gate := make(chan struct{})
 		var gated sync.Once
 		slow := func(ctx context.Context, rec *Record, attempt int) error {
-			if rec.Partition == 1 {
+			if rec.Partition() == 1 {
 				gated.Do(func() { <-gate })
 			}
 			return h.handler("c1")(ctx, rec, attempt)
@@ -735,7 +735,7 @@ func TestCloseReportsWhatWasLeft(t *testing.T) {
 		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 2})
 		var h recorder
 		subscribe(t, b, "orders", "billing", "b1", func(ctx context.Context, rec *Record, attempt int) error {
-			if rec.Partition == 1 {
+			if rec.Partition() == 1 {
 				<-ctx.Done() // stuck until Close gives up
 				return ctx.Err()
 			}

@@ -28,7 +28,9 @@ func (c *Cursor) Commit(expected, next int64) bool {
 }
 
 // Set moves the cursor to offset unconditionally, backwards included: it is
-// how a seek or a replay lands. Callers check the range.
+// how a seek or a replay lands. Only the cursor's partition calls it, under
+// its lock (Partition.subscribe and Partition.seek): the partition caches the
+// low-water mark of its cursors and must see every backward move.
 func (c *Cursor) Set(offset int64) { c.next.Store(offset) }
 
 // OffsetKey names one cursor.
@@ -69,6 +71,3 @@ func (s *OffsetStore) Committed(k OffsetKey) int64 { return s.Cursor(k).Committe
 func (s *OffsetStore) Commit(k OffsetKey, expected, next int64) bool {
 	return s.Cursor(k).Commit(expected, next)
 }
-
-// Set is Cursor.Set for k.
-func (s *OffsetStore) Set(k OffsetKey, offset int64) { s.Cursor(k).Set(offset) }

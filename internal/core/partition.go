@@ -99,6 +99,13 @@ type Partition struct {
 	index int
 	ret   Retention
 	clock Clock
+	ids   *recordIDs // names the records when the broker has no IDSource
+
+	// trimsUnread is whether retention can trim a record a group has not
+	// committed: DropOldest or MaxAge. Without either, records leave only by
+	// reclaim, below every cursor, so a worker need not check that the
+	// record in its hands is still retained.
+	trimsUnread bool
 
 	// end and earliest mirror next and base for readers that take no lock:
 	// a worker reading records, Drain, Lag. Written under mu.
@@ -117,6 +124,7 @@ type Partition struct {
 	size       int            // records retained: next - base
 	base, next int64          // offsets of the oldest retained record and of the next one
 	cursors    []*Cursor      // one per subscribed group: the low-water mark is their minimum
+	lowWater   int64          // a low-water mark the cursors were at or past; see reclaimLocked
 	sealed     bool           // Close began: appends fail with ErrClosed
 	readers    []reader       // readers waiting for the next append; see Read
 	room       chan struct{}  // closed when room may have appeared, or on seal
@@ -133,12 +141,13 @@ type reader struct {
 
 func newPartition(topic string, index int, ret Retention, clock Clock) *Partition {
 	return &Partition{
-		topic: topic,
-		index: index,
-		ret:   ret,
-		clock: clock,
-		ring:  make([]atomic.Pointer[Record], ret.MaxMessages),
-		room:  make(chan struct{}),
+		topic:       topic,
+		index:       index,
+		ret:         ret,
+		clock:       clock,
+		trimsUnread: ret.OnFull == DropOldest || ret.MaxAge > 0,
+		ring:        make([]atomic.Pointer[Record], ret.MaxMessages),
+		room:        make(chan struct{}),
 	}
 }
 
@@ -191,7 +200,7 @@ func (p *Partition) Append(ctx context.Context, rec *Record) (int64, error) {
 			waiting = true
 			p.roomWaiters.Add(1)
 			defer p.roomWaiters.Add(-1)
-			p.reclaimLocked()
+			p.reclaimLocked() // the cached low-water mark is used up: this reads the cursors
 			if p.size < len(p.ring) {
 				break
 			}
@@ -320,6 +329,7 @@ func (p *Partition) subscribe(c *Cursor) {
 	defer p.mu.Unlock()
 	c.Set(p.base)
 	p.cursors = append(p.cursors, c)
+	p.lowWater = p.base
 }
 
 // expiryLocked returns a channel that fires when the oldest record becomes
@@ -351,6 +361,7 @@ func (p *Partition) seek(c *Cursor, offset int64, clamp bool) (int64, error) {
 			ErrOffsetOutOfRange, p.topic, p.index, offset, p.base, p.next)
 	}
 	c.Set(offset)
+	p.lowWater = min(p.lowWater, offset)
 	if p.roomWaiters.Load() > 0 {
 		p.wakeProducersLocked() // a forward seek can free room
 	}
@@ -388,12 +399,23 @@ func (p *Partition) Stats() PartitionStats {
 // committed past it. One at a time, as appends need room: the log keeps as
 // many records as retention allows, so a replay reaches back as far as it
 // can.
+//
+// The cursors are read only when the cached low-water mark is used up:
+// cursors move forward by themselves, and backwards only through subscribe
+// and seek, which lower the cache. So a producer that keeps up with its
+// groups looks at their cursors once per run of freed records, not once per
+// append, and does not pull the cursors' cache lines from the workers that
+// write them.
 func (p *Partition) reclaimLocked() {
 	if len(p.cursors) == 0 || p.size == 0 {
 		return // no group yet: keep the backlog for the first one
 	}
-	for _, c := range p.cursors {
-		if c.Committed() <= p.base {
+	if p.lowWater <= p.base {
+		p.lowWater = p.cursors[0].Committed()
+		for _, c := range p.cursors[1:] {
+			p.lowWater = min(p.lowWater, c.Committed())
+		}
+		if p.lowWater <= p.base {
 			return
 		}
 	}

@@ -41,6 +41,9 @@ type roundRobin struct{ next atomic.Uint64 }
 func RoundRobin() Partitioner { return &roundRobin{} }
 
 func (r *roundRobin) Partition(_ []byte, partitions int) int {
+	if partitions == 1 {
+		return 0 // no shared counter to touch
+	}
 	return int((r.next.Add(1) - 1) % uint64(partitions))
 }
 

@@ -2,9 +2,8 @@ package core
 
 import (
 	"errors"
+	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
@@ -125,7 +124,7 @@ func TestOffsetStoreCompareAndSet(t *testing.T) {
 	if !s.Commit(k, 0, 1) {
 		t.Fatal("Commit(0→1) failed on a cursor at 0")
 	}
-	s.Set(k, 0) // a replay while offset 1 was in flight
+	s.Cursor(k).Set(0) // a replay while offset 1 was in flight
 	if s.Commit(k, 1, 2) {
 		t.Fatal("the late ack of offset 1 moved the cursor after a seek")
 	}
@@ -194,23 +193,27 @@ func TestDeadLetterQueueIsBounded(t *testing.T) {
 	}
 }
 
-func TestDefaultIDsAreUniqueAndOrdered(t *testing.T) {
-	ids := NewIDSource()
-	seen := map[string]bool{}
-	var prefix string
-	for i := range 3*idBlock + 5 {
-		id := ids.NextID()
-		if seen[id] {
-			t.Fatalf("ID %q handed out twice", id)
+func TestDefaultIDsNameThePosition(t *testing.T) {
+	prefix := newBrokerIDPrefix()
+	ids := newRecordIDs(prefix, 3, 1)
+	seen := map[string]int64{}
+	// Offsets in the order two groups far apart would ask for them, so the
+	// shared blocks are formatted, evicted and formatted again.
+	for round := range 2 {
+		for off := int64(0); off < 10*idBlockLen+5; off++ {
+			for _, o := range []int64{off, off / 7} {
+				id := ids.id(o)
+				if want := fmt.Sprintf("%s-3-1-%d", prefix, o); id != want {
+					t.Fatalf("round %d: offset %d named %q, want %q", round, o, id, want)
+				}
+				if prev, ok := seen[id]; ok && prev != o {
+					t.Fatalf("offsets %d and %d share the ID %q", prev, o, id)
+				}
+				seen[id] = o
+			}
 		}
-		seen[id] = true
-		p, n, ok := strings.Cut(id, "-")
-		if !ok || (prefix != "" && p != prefix) || n != strconv.Itoa(i+1) {
-			t.Fatalf("ID #%d is %q, want the broker's prefix and counter %d", i, id, i+1)
-		}
-		prefix = p
 	}
-	if other := NewIDSource().NextID(); strings.HasPrefix(other, prefix) {
-		t.Errorf("two sources share the prefix %q", prefix)
+	if other := newBrokerIDPrefix(); other == prefix {
+		t.Errorf("two brokers share the prefix %q", prefix)
 	}
 }

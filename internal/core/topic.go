@@ -40,8 +40,13 @@ func newTopic(b *Broker, name string, cfg TopicConfig) (*Topic, error) {
 		cfg.Partitioner = KeyHash()
 	}
 	t := &Topic{name: name, broker: b, partitioner: cfg.Partitioner}
+	seq := int(b.topicSeq.Add(1))
 	for i := range cfg.Partitions {
-		t.parts = append(t.parts, newPartition(name, i, ret, b.clock))
+		part := newPartition(name, i, ret, b.clock)
+		if b.ids == nil {
+			part.ids = newRecordIDs(b.idPrefix, seq, i)
+		}
+		t.parts = append(t.parts, part)
 	}
 	return t, nil
 }
@@ -70,13 +75,14 @@ func (t *Topic) Publish(ctx context.Context, key, value []byte, headers map[stri
 		return Position{}, fmt.Errorf("%w: topic %q: partitioner chose partition %d of %d", ErrInvalid, t.name, p, len(t.parts))
 	}
 	rec := &Record{
-		Topic:     t.name,
-		Partition: p,
-		ID:        t.broker.ids.NextID(),
-		Key:       key,
-		Value:     value,
-		Headers:   maps.Clone(headers),
-		Created:   t.broker.clock.Now(),
+		Key:     key,
+		Value:   value,
+		Headers: maps.Clone(headers),
+		Created: t.broker.clock.Now(),
+		log:     t.parts[p],
+	}
+	if t.broker.ids != nil {
+		rec.id = t.broker.ids.NextID()
 	}
 	off, err := t.parts[p].Append(ctx, rec)
 	if err != nil {

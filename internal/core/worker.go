@@ -27,6 +27,8 @@ type worker struct {
 	bell chan struct{} // rung by the partition when records arrive; see Partition.Read
 	wg   sync.WaitGroup
 	buf  [readBatch]*Record
+
+	readEnd int64 // the offset after the last record read
 }
 
 func startWorker(g *Group, gp *groupPartition, m *member) *worker {
@@ -73,6 +75,7 @@ func (w *worker) run() {
 			}
 			continue
 		}
+		w.readEnd = offset + int64(n)
 		if !w.deliverBatch(w.buf[:n]) {
 			return
 		}
@@ -102,10 +105,12 @@ func (w *worker) deliverBatch(recs []*Record) bool {
 	return true
 }
 
-// committed tells those who wait on this group's progress.
+// committed tells those who wait on this group's progress. Drain cares
+// only about a group that reached the end, so the partition's end, which
+// every append writes, is read only after the last record of a read.
 func (w *worker) committed(next int64) {
 	w.gp.part.notifyCommit()
-	if next >= w.gp.part.End() {
+	if next >= w.readEnd && next >= w.gp.part.End() {
 		w.g.broker.notifyProgress()
 	}
 }
@@ -133,7 +138,7 @@ func (w *worker) deliver(rec *Record) outcome {
 		attempt = gp.attempts + 1 // an earlier worker already tried it
 	}
 	for {
-		if rec.Offset < gp.part.Earliest() {
+		if gp.part.trimsUnread && rec.Offset < gp.part.Earliest() {
 			gp.retryOffset, gp.attempts = -1, 0
 			return evicted
 		}

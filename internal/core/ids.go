@@ -1,0 +1,75 @@
+package core
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"sync/atomic"
+)
+
+// recordIDs names a partition's records when the broker has no IDSource.
+// A record's default ID is its position, "<broker>-<topic>-<partition>-<offset>"
+// (a random per-broker prefix, the topic's creation number in the broker,
+// then the partition and the offset, as in "3f9a0c1d2e4b-1-0-42"): unique in
+// the process, the same for every group and every redelivery, and free for
+// the producer, which only appends.
+//
+// IDs are formatted when a record is delivered, 64 consecutive offsets in one
+// string that every ID of the block is a substring of, so an ID costs no
+// allocation of its own (a Message.ID keeps its block, about 1.5 KiB, alive).
+// The last few blocks are kept for the partition's groups to share; a group
+// far behind the others formats its own. Blocks are immutable once
+// published, so readers need no lock.
+type recordIDs struct {
+	prefix string
+	recent [4]atomic.Pointer[idBlock]
+}
+
+const idBlockLen = 64
+
+type idBlock struct {
+	first int64  // offset of the block's first ID
+	names string // the block's IDs, back to back
+	ends  [idBlockLen]uint16
+}
+
+// newBrokerIDPrefix returns a random prefix, so that the IDs of two brokers in
+// one process differ.
+func newBrokerIDPrefix() string {
+	var raw [6]byte
+	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(raw[:])
+}
+
+func newRecordIDs(brokerPrefix string, topicSeq, partition int) *recordIDs {
+	return &recordIDs{prefix: brokerPrefix + "-" + strconv.Itoa(topicSeq) + "-" + strconv.Itoa(partition) + "-"}
+}
+
+// id returns the ID of the record at offset.
+func (r *recordIDs) id(offset int64) string {
+	first := offset - offset%idBlockLen
+	slot := &r.recent[(offset/idBlockLen)%int64(len(r.recent))]
+	b := slot.Load()
+	if b == nil || b.first != first {
+		b = r.format(first)
+		slot.Store(b)
+	}
+	i := offset - first
+	start := 0
+	if i > 0 {
+		start = int(b.ends[i-1])
+	}
+	return b.names[start:b.ends[i]]
+}
+
+func (r *recordIDs) format(first int64) *idBlock {
+	b := &idBlock{first: first}
+	buf := make([]byte, 0, idBlockLen*(len(r.prefix)+20))
+	for i := range int64(idBlockLen) {
+		buf = append(buf, r.prefix...)
+		buf = strconv.AppendInt(buf, first+i, 10)
+		b.ends[i] = uint16(len(buf))
+	}
+	b.names = string(buf)
+	return b
+}
