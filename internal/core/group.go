@@ -87,8 +87,8 @@ type Group struct {
 	stopped bool
 	parts   []*groupPartition
 
-	delivered, retried, deadLettered, skipped atomic.Int64
-	dlq                                       deadLetters
+	retried, deadLettered, skipped atomic.Int64 // Delivered is counted per partition
+	dlq                            deadLetters
 }
 
 type member struct {
@@ -112,6 +112,11 @@ type groupPartition struct {
 	// accesses of successive workers.
 	retryOffset int64
 	attempts    int
+
+	// delivered counts the acks, here rather than in the Group so that the
+	// workers of a group's partitions do not all write one cache line.
+	delivered atomic.Int64
+	_         cacheLinePad
 }
 
 func newGroup(b *Broker, t *Topic, name string, cfg GroupConfig) (*Group, error) {
@@ -396,8 +401,12 @@ func (g *Group) DeliveryState(partition int) DeliveryState {
 // Stats returns the group's counters.
 func (g *Group) Stats() GroupStats {
 	_, evicted := g.dlq.snapshot()
+	var delivered int64
+	for _, gp := range g.parts {
+		delivered += gp.delivered.Load()
+	}
 	return GroupStats{
-		Delivered:          g.delivered.Load(),
+		Delivered:          delivered,
 		Retried:            g.retried.Load(),
 		DeadLettered:       g.deadLettered.Load(),
 		Skipped:            g.skipped.Load(),

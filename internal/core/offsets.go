@@ -15,6 +15,7 @@ import (
 // its compare-and-set instead of clobbering the seek.
 type Cursor struct {
 	next atomic.Int64 // lock-free: a worker commits once per record
+	_    [56]byte     // a cache line of its own: the cursors of a partition's groups are written by different workers
 }
 
 // Committed returns the next offset to read.

@@ -107,18 +107,26 @@ type Partition struct {
 	// record in its hands is still retained.
 	trimsUnread bool
 
-	// end and earliest mirror next and base for readers that take no lock:
-	// a worker reading records, Drain, Lag. Written under mu.
-	end, earliest atomic.Int64
-
-	// roomWaiters counts the producers waiting for room. Committers read it
-	// without mu: see notifyCommit.
-	roomWaiters atomic.Int32
-
 	// ring holds the retained records, record o in slot o % len(ring). Slots
 	// are written under mu and read without it (see Read), so they are
 	// atomic.
 	ring []atomic.Pointer[Record]
+
+	// The fields above never change; the groups below are each written by
+	// someone else, and kept on their own cache lines so that a write to
+	// one does not make the readers of the others miss: every append writes
+	// end, and every commit reads roomWaiters.
+	_ cacheLinePad
+
+	// end and earliest mirror next and base for readers that take no lock:
+	// a worker reading records, Drain, Lag. Written under mu.
+	end, earliest atomic.Int64
+	_             cacheLinePad
+
+	// roomWaiters counts the producers waiting for room. Committers read it
+	// without mu: see notifyCommit.
+	roomWaiters atomic.Int32
+	_           cacheLinePad
 
 	mu         sync.Mutex     // guards everything below
 	size       int            // records retained: next - base
@@ -130,6 +138,10 @@ type Partition struct {
 	room       chan struct{}  // closed when room may have appeared, or on seal
 	stats      PartitionStats // Reclaimed, Dropped, Expired, Blocked, TimedOut
 }
+
+// cacheLinePad separates fields that different goroutines write: 64 bytes,
+// a cache line on amd64 and most arm64 cores.
+type cacheLinePad [64]byte
 
 // reader is a worker waiting for records: the next append rings its bell.
 // A bell has room for one ring, so ringing never blocks and a ring is never

@@ -149,7 +149,7 @@ func (w *worker) deliver(rec *Record) outcome {
 		case err == nil:
 			gp.retryOffset, gp.attempts = -1, 0
 			gp.state.Store(int32(Acked))
-			g.delivered.Add(1)
+			gp.delivered.Add(1)
 			return settled
 		case errors.Is(err, ErrNotDelivered):
 			gp.attempts = attempt - 1 // it never happened
