@@ -260,7 +260,7 @@ func (m *machine) Publish(t *rapid.T) {
 	before := m.topic.Stats()
 	wantDrop := m.predictDrop(key)
 	pos, err := m.publish(key, j)
-	m.recordPublish(t, []publishResult{{key, j, pos, err}})
+	m.recordPublish(t, []publishResult{{key: key, job: j, pos: pos, err: err}})
 	if wantDrop >= 0 && err == nil {
 		if got := m.topic.Stats().Dropped - before.Dropped; got != int64(wantDrop) {
 			t.Fatalf("accounting: publishing seq %d to partition %d dropped %d records, the model predicts %d",
@@ -290,7 +290,7 @@ func (m *machine) PublishBurst(t *rapid.T) {
 		wg.Go(func() {
 			for _, pl := range plans[p] {
 				pos, err := m.publish(pl.key, pl.job)
-				results[p] = append(results[p], publishResult{pl.key, pl.job, pos, err})
+				results[p] = append(results[p], publishResult{key: pl.key, job: pl.job, pos: pos, err: err})
 			}
 		})
 	}
@@ -303,6 +303,53 @@ type publishResult struct {
 	job job
 	pos pubsub.Position
 	err error
+	// unattempted marks the entries of a batch after the one that failed:
+	// not published, and not a failed publish of their own.
+	unattempted bool
+}
+
+// PublishBatch publishes a batch in one call: keyed entries with
+// PublishBatch, or keyless ones with PublishValues. The positions it
+// returns are checked like single publishes' (density, routing); the
+// entries after a failure are not in the log.
+func (m *machine) PublishBatch(t *rapid.T) {
+	size := rapid.IntRange(1, 8).Draw(t, "batchSize")
+	keyless := rapid.Bool().Draw(t, "keyless")
+	var entries []pubsub.Entry[string, job]
+	for range size {
+		e := pubsub.Entry[string, job]{Value: m.drawJob(t)}
+		if !keyless {
+			e.Key = rapid.SampledFrom(m.keys).Draw(t, "key")
+		}
+		entries = append(entries, e)
+	}
+	var positions []pubsub.Position
+	var err error
+	if keyless {
+		values := make([]job, len(entries))
+		for i, e := range entries {
+			values[i] = e.Value
+		}
+		positions, err = m.topic.PublishValues(context.Background(), values)
+	} else {
+		positions, err = m.topic.PublishBatch(context.Background(), entries)
+	}
+	if len(positions) > len(entries) || (err == nil) != (len(positions) == len(entries)) {
+		t.Fatalf("PublishBatch of %d: got %d positions and error %v", len(entries), len(positions), err)
+	}
+	results := make([]publishResult, len(entries))
+	for i, e := range entries {
+		results[i] = publishResult{key: e.Key, job: e.Value}
+		switch {
+		case i < len(positions):
+			results[i].pos = positions[i]
+		case i == len(positions):
+			results[i].err = err
+		default:
+			results[i].err, results[i].unattempted = err, true
+		}
+	}
+	m.recordPublish(t, results)
 }
 
 func (m *machine) publish(key string, j job) (pubsub.Position, error) {
@@ -351,7 +398,9 @@ func (m *machine) recordPublish(t *rapid.T, results []publishResult) {
 			if !errors.Is(r.err, pubsub.ErrBackpressure) {
 				t.Fatalf("publish seq %d: unexpected error %v", r.job.Seq, r.err)
 			}
-			m.backpressured++
+			if !r.unattempted {
+				m.backpressured++
+			}
 			m.failedSeq[r.job.Seq] = r.err
 			continue
 		}

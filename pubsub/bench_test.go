@@ -73,35 +73,66 @@ func finish(b *testing.B, br *pubsub.Broker, handled *atomic.Int64, published, g
 
 // benchmarkOneProducer publishes value, keyless, from one goroutine to a
 // topic of partitions partitions read by groups groups of one consumer, and
-// reports msgs/s.
-func benchmarkOneProducer[V any](b *testing.B, values codec.Codec[V], value V, partitions, groups int) {
+// reports msgs/s. With batch > 1 each iteration publishes batch records in
+// one PublishValues call; otherwise one PublishValue call.
+func benchmarkOneProducer[V any](b *testing.B, values codec.Codec[V], value V, partitions, groups, batch int) {
 	br, topic, handled := benchTopic(b, values, partitions, groups, 1)
 	ctx := context.Background()
 	b.ReportAllocs()
 	start := time.Now()
-	for b.Loop() {
-		if _, err := topic.PublishValue(ctx, value); err != nil {
-			b.Fatal(err)
+	if batch > 1 {
+		vs := make([]V, batch)
+		for i := range vs {
+			vs[i] = value
+		}
+		for b.Loop() {
+			if _, err := topic.PublishValues(ctx, vs); err != nil {
+				b.Fatal(err)
+			}
+		}
+	} else {
+		for b.Loop() {
+			if _, err := topic.PublishValue(ctx, value); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
-	finish(b, br, handled, b.N, groups, start)
+	finish(b, br, handled, b.N*batch, groups, start)
 }
 
-// BenchmarkS1 is one producer → one partition → one group that acks.
+// BenchmarkS1 is one producer → one partition → one group that acks,
+// publishing one record per call (batch=1) or 64 (batch=64).
 func BenchmarkS1(b *testing.B) {
-	b.Run("codec=bytes", func(b *testing.B) { benchmarkOneProducer(b, codec.Bytes(), payload64, 1, 1) })
-	b.Run("codec=json", func(b *testing.B) {
-		benchmarkOneProducer(b, codec.JSON[payloadJSON](), payloadJSON{Data: payload64}, 1, 1)
+	for _, batch := range []int{1, 64} {
+		b.Run(fmt.Sprintf("codec=bytes/batch=%d", batch), func(b *testing.B) {
+			benchmarkOneProducer(b, codec.Bytes(), payload64, 1, 1, batch)
+		})
+	}
+	b.Run("codec=json/batch=1", func(b *testing.B) {
+		benchmarkOneProducer(b, codec.JSON[payloadJSON](), payloadJSON{Data: payload64}, 1, 1, 1)
 	})
 }
 
 // BenchmarkS2 is one producer → one partition → four groups: each record is
 // appended once and read by all four.
-func BenchmarkS2(b *testing.B) { benchmarkOneProducer(b, codec.Bytes(), payload64, 1, 4) }
+func BenchmarkS2(b *testing.B) {
+	for _, batch := range []int{1, 64} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			benchmarkOneProducer(b, codec.Bytes(), payload64, 1, 4, batch)
+		})
+	}
+}
 
 // BenchmarkS3 is four producers → four partitions → one group of four
-// consumers.
+// consumers. Each producer publishes with its own key, one record per call
+// (batch=1) or 64 (batch=64).
 func BenchmarkS3(b *testing.B) {
+	for _, batch := range []int{1, 64} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) { benchmarkS3(b, batch) })
+	}
+}
+
+func benchmarkS3(b *testing.B, batch int) {
 	br, topic, handled := benchTopic(b, codec.Bytes(), 4, 1, 4)
 	var producers, published atomic.Int64
 	b.ReportAllocs()
@@ -110,13 +141,23 @@ func BenchmarkS3(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
 		key := fmt.Sprintf("producer-%d", producers.Add(1))
+		entries := make([]pubsub.Entry[string, []byte], batch)
+		for i := range entries {
+			entries[i] = pubsub.Entry[string, []byte]{Key: key, Value: payload64}
+		}
 		n := int64(0)
 		for pb.Next() {
-			if _, err := topic.Publish(ctx, key, payload64); err != nil {
+			var err error
+			if batch > 1 {
+				_, err = topic.PublishBatch(ctx, entries)
+			} else {
+				_, err = topic.Publish(ctx, key, payload64)
+			}
+			if err != nil {
 				b.Error(err)
 				return
 			}
-			n++
+			n += int64(batch)
 		}
 		published.Add(n)
 	})
@@ -129,7 +170,7 @@ func BenchmarkScaling(b *testing.B) {
 	for _, parts := range []int{1, 4, 16, 64} {
 		for _, groups := range []int{1, 4, 16} {
 			b.Run(fmt.Sprintf("partitions=%d/groups=%d", parts, groups), func(b *testing.B) {
-				benchmarkOneProducer(b, codec.Bytes(), payload64, parts, groups)
+				benchmarkOneProducer(b, codec.Bytes(), payload64, parts, groups, 1)
 			})
 		}
 	}
@@ -137,18 +178,47 @@ func BenchmarkScaling(b *testing.B) {
 
 // The channel equivalents.
 
-// BenchmarkChannelS1 is one producer → one buffered channel → one consumer.
+// BenchmarkChannelS1 is one producer → one buffered channel → one
+// consumer, sending one value per send (batch=1) or a slice of 64 values
+// (batch=64), the channel's own way of batching.
 func BenchmarkChannelS1(b *testing.B) {
-	chans, wait := channelConsumers(1)
-	b.ReportAllocs()
-	start := time.Now()
-	for b.Loop() {
-		chans[0] <- payload64
-	}
-	if handled := wait(); handled != int64(b.N) {
-		b.Fatalf("handled %d of %d", handled, b.N)
-	}
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	b.Run("batch=1", func(b *testing.B) {
+		chans, wait := channelConsumers(1)
+		b.ReportAllocs()
+		start := time.Now()
+		for b.Loop() {
+			chans[0] <- payload64
+		}
+		if handled := wait(); handled != int64(b.N) {
+			b.Fatalf("handled %d of %d", handled, b.N)
+		}
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	})
+	b.Run("batch=64", func(b *testing.B) {
+		ch := make(chan [][]byte, benchBuffer/64)
+		var handled int64
+		var wg sync.WaitGroup
+		wg.Go(func() { // exits when ch is closed
+			for batch := range ch {
+				handled += int64(len(batch))
+			}
+		})
+		b.ReportAllocs()
+		start := time.Now()
+		for b.Loop() {
+			batch := make([][]byte, 64) // the consumer owns it once sent
+			for i := range batch {
+				batch[i] = payload64
+			}
+			ch <- batch
+		}
+		close(ch)
+		wg.Wait()
+		if handled != int64(64*b.N) {
+			b.Fatalf("handled %d of %d", handled, 64*b.N)
+		}
+		b.ReportMetric(float64(64*b.N)/time.Since(start).Seconds(), "msgs/s")
+	})
 }
 
 // channelConsumers starts n consumers, each draining its own buffered

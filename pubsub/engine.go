@@ -16,9 +16,10 @@ import (
 // API by implementing them. Keep this list short: add to it only what cannot
 // be built from what is here.
 //
-// Config and result types (core.Record, core.TopicConfig, core.GroupConfig,
+// Config and result types (core.Entry, core.TopicConfig, core.GroupConfig,
 // core.GroupStats, core.DeadLetter, core.PartitionStats) are plain data and
-// cross the boundary by value. The sentinel errors, PanicError,
+// cross the boundary by value; a core.Record is read through its exported
+// fields and its Topic, Partition and ID methods. The sentinel errors, PanicError,
 // ShutdownError and the partitioners are the engine's own values,
 // re-exported (errors.go, topic.go): a second engine must return and accept
 // the same ones. The only engine-specific signal a handler sends back is
@@ -36,6 +37,7 @@ type (
 		Name() string
 		Partitions() int
 		Publish(ctx context.Context, key, value []byte, headers map[string]string) (core.Position, error)
+		PublishBatch(ctx context.Context, entries []core.Entry, landed func(i int, pos core.Position)) (int, error)
 		Stats() []core.PartitionStats
 	}
 	engineGroup interface {

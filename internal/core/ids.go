@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strconv"
+	"strings"
 	"sync/atomic"
 )
 
@@ -64,12 +65,20 @@ func (r *recordIDs) id(offset int64) string {
 
 func (r *recordIDs) format(first int64) *idBlock {
 	b := &idBlock{first: first}
-	buf := make([]byte, 0, idBlockLen*(len(r.prefix)+20))
-	for i := range int64(idBlockLen) {
-		buf = append(buf, r.prefix...)
-		buf = strconv.AppendInt(buf, first+i, 10)
-		b.ends[i] = uint16(len(buf))
+	// Every offset of the block has as many digits as the last one, or one
+	// fewer, so this is enough room, and the one allocation of the block.
+	digits := 1
+	for n := first + idBlockLen - 1; n >= 10; n /= 10 {
+		digits++
 	}
-	b.names = string(buf)
+	var sb strings.Builder
+	sb.Grow(idBlockLen * (len(r.prefix) + digits))
+	var num [20]byte
+	for i := range int64(idBlockLen) {
+		sb.WriteString(r.prefix)
+		sb.Write(strconv.AppendInt(num[:0], first+i, 10))
+		b.ends[i] = uint16(sb.Len())
+	}
+	b.names = sb.String()
 	return b
 }

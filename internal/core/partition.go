@@ -172,62 +172,79 @@ func (p *Partition) End() int64 { return p.end.Load() }
 // Earliest is the offset of the oldest retained record.
 func (p *Partition) Earliest() int64 { return p.earliest.Load() }
 
-// Append stores rec at the end of the log, setting rec.Offset, and wakes the
-// readers waiting for it. When the log is full it reclaims, drops or blocks as
-// the retention says; a blocked Append returns when room appears, when
-// BlockTimeout passes (ErrBackpressure), when ctx ends (ctx's error) or when
-// the partition is sealed (ErrClosed). A failed Append stores nothing.
+// Append stores recs at the end of the log, in order, setting their
+// Offset fields, and wakes the readers waiting for them. It returns how many
+// it stored: all of them, or, on error, the first n (the others are not in
+// the log).
 //
-// rec must not be touched by the caller afterwards.
-func (p *Partition) Append(ctx context.Context, rec *Record) (int64, error) {
+// When the log is full it reclaims, drops or blocks as the retention says.
+// A blocked Append waits until room appears, the partition is sealed
+// (ErrClosed), ctx ends (ctx's error) or BlockTimeout passes without room
+// for another record (ErrBackpressure): each record waits at most
+// BlockTimeout, as if appended alone. Records stored before a wait are
+// visible to readers at once.
+//
+// The records must not be touched by the caller afterwards.
+func (p *Partition) Append(ctx context.Context, recs ...*Record) (int, error) {
 	var (
-		timeout  <-chan time.Time // started on the first wait, shared by the later ones
+		n        int         // records stored
+		timer    *time.Timer // started by a wait, shared by the later ones until a record is stored
 		timedOut bool
 		waiting  bool // counted in roomWaiters
+		blocked  bool // counted in stats.Blocked
 	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		now := p.now()
 		p.mu.Lock()
 		if p.sealed {
 			p.mu.Unlock()
-			return 0, fmt.Errorf("%w: publish to topic %q partition %d", ErrClosed, p.topic, p.index)
+			return n, fmt.Errorf("%w: publish to topic %q partition %d", ErrClosed, p.topic, p.index)
 		}
 		p.expireLocked(now)
-		if p.size < len(p.ring) {
-			break
+		stored := n
+		for n < len(recs) && p.roomLocked() {
+			p.storeLocked(recs[n])
+			n++
 		}
-		p.reclaimLocked()
-		if p.size < len(p.ring) {
-			break // the steady state of a full partition whose groups keep up
+		if n > stored {
+			p.publishLocked()
+			if timer != nil { // progress: the next record gets a BlockTimeout of its own
+				timer.Stop()
+				timer, timedOut = nil, false
+			}
 		}
-		if p.ret.OnFull == DropOldest {
-			p.evictLocked()
-			p.stats.Dropped++
-			break
+		if n == len(recs) {
+			p.mu.Unlock()
+			return n, nil
 		}
+		// Full, under Block.
 		if !waiting {
 			// Announce the wait, then look at the cursors again: a commit
-			// either lands before this look (and frees room now) or sees the
-			// count and wakes us. See notifyCommit.
+			// either lands before that look (and frees room now) or sees
+			// the count and wakes us. See notifyCommit.
 			waiting = true
 			p.roomWaiters.Add(1)
 			defer p.roomWaiters.Add(-1)
-			p.reclaimLocked() // the cached low-water mark is used up: this reads the cursors
-			if p.size < len(p.ring) {
-				break
-			}
+			p.mu.Unlock()
+			continue
 		}
 		if timedOut { // the last look after the deadline found no room either
 			p.stats.TimedOut++
 			p.mu.Unlock()
-			return 0, fmt.Errorf("%w: topic %q partition %d held %d records for %v",
+			return n, fmt.Errorf("%w: topic %q partition %d held %d records for %v",
 				ErrBackpressure, p.topic, p.index, p.ret.MaxMessages, p.ret.BlockTimeout)
 		}
-		if timeout == nil {
+		if !blocked {
+			blocked = true
 			p.stats.Blocked++
-			t := time.NewTimer(p.ret.BlockTimeout)
-			defer t.Stop()
-			timeout = t.C
+		}
+		if timer == nil {
+			timer = time.NewTimer(p.ret.BlockTimeout)
 		}
 		room := p.room
 		expiry, stopExpiry := p.expiryLocked(now)
@@ -235,20 +252,47 @@ func (p *Partition) Append(ctx context.Context, rec *Record) (int64, error) {
 		select {
 		case <-room:
 		case <-expiry:
-		case <-timeout:
+		case <-timer.C:
 			timedOut = true
 		case <-ctx.Done():
 			stopExpiry()
-			return 0, fmt.Errorf("publish to topic %q partition %d: waiting for room: %w", p.topic, p.index, ctx.Err())
+			return n, fmt.Errorf("publish to topic %q partition %d: waiting for room: %w", p.topic, p.index, ctx.Err())
 		}
 		stopExpiry()
 	}
-	// mu is held here, and there is room.
-	off := p.next
-	rec.Offset = off
-	p.ring[off%int64(len(p.ring))].Store(rec)
+}
+
+// roomLocked makes room for one record if the retention allows it, and
+// reports whether there is room: reclaiming what every group has committed,
+// or, under DropOldest, evicting the oldest record and counting it.
+func (p *Partition) roomLocked() bool {
+	if p.size < len(p.ring) {
+		return true
+	}
+	p.reclaimLocked()
+	if p.size < len(p.ring) {
+		return true // the steady state of a full partition whose groups keep up
+	}
+	if p.ret.OnFull == DropOldest {
+		p.evictLocked()
+		p.stats.Dropped++
+		return true
+	}
+	return false
+}
+
+// storeLocked puts rec at the end of the log. Readers see it once
+// publishLocked moves the end past it.
+func (p *Partition) storeLocked(rec *Record) {
+	rec.Offset = p.next
+	p.ring[p.next%int64(len(p.ring))].Store(rec)
 	p.size++
 	p.next++
+}
+
+// publishLocked makes the stored records visible and rings the bells of the
+// readers waiting for them.
+func (p *Partition) publishLocked() {
 	p.end.Store(p.next)
 	for i, r := range p.readers {
 		select {
@@ -258,8 +302,6 @@ func (p *Partition) Append(ctx context.Context, rec *Record) (int64, error) {
 		p.readers[i] = reader{}
 	}
 	p.readers = p.readers[:0]
-	p.mu.Unlock()
-	return off, nil
 }
 
 // Read copies the records from offset on into dst, as many as fit, and

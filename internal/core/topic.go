@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"time"
 )
 
 // TopicConfig is what a topic is created with. Zero fields mean the defaults.
@@ -64,31 +65,119 @@ func (t *Topic) Partitions() int { return len(t.parts) }
 // It blocks only when the partition is full under Block (see
 // Partition.Append). A done ctx fails the publish before anything is stored.
 func (t *Topic) Publish(ctx context.Context, key, value []byte, headers map[string]string) (Position, error) {
+	if err := t.publishable(ctx); err != nil {
+		return Position{}, err
+	}
+	rec := &Record{}
+	if err := t.prepare(rec, Entry{Key: key, Value: value, Headers: headers}, t.broker.clock.Now()); err != nil {
+		return Position{}, err
+	}
+	if _, err := rec.log.Append(ctx, rec); err != nil {
+		return Position{}, err
+	}
+	return Position{Partition: rec.log.index, Offset: rec.Offset}, nil
+}
+
+// Entry is one record of a batch given to PublishBatch.
+type Entry struct {
+	Key     []byte // nil for a keyless record
+	Value   []byte
+	Headers map[string]string
+}
+
+// batchSlab is how many records of a batch share one allocation. A slab
+// stays alive while any of its records is retained, so it is small next to
+// a partition's retention.
+const batchSlab = 64
+
+// PublishBatch appends entries in order, each to the partition its key
+// routes to, as Publish would one by one, and returns how many it appended:
+// all of them, or, with an error, the first n. landed, if not nil, is told
+// where each appended entry landed, by its index in entries. It takes
+// ownership of the keys and values, and copies the headers.
+//
+// A batch costs much less than its records published one by one: the clock
+// is read once (every record of the batch has the same Created), records
+// are allocated 64 at a time, and each run of consecutive records for one
+// partition is appended under one lock, with one wake-up for its readers.
+// Records of one partition keep their batch order; another producer's
+// records may land between two runs. Under Block the call waits for room as
+// often as needed, each record at most BlockTimeout. A partitioner that
+// chooses no valid partition for some entry fails the batch before anything
+// is appended.
+func (t *Topic) PublishBatch(ctx context.Context, entries []Entry, landed func(i int, pos Position)) (int, error) {
+	if err := t.publishable(ctx); err != nil {
+		return 0, err
+	}
+	now := t.broker.clock.Now()
+	slabs := make([][]Record, 0, (len(entries)+batchSlab-1)/batchSlab)
+	for start := 0; start < len(entries); start += batchSlab {
+		slab := make([]Record, min(batchSlab, len(entries)-start))
+		for i := range slab {
+			if err := t.prepare(&slab[i], entries[start+i], now); err != nil {
+				return 0, fmt.Errorf("batch entry %d: %w", start+i, err)
+			}
+		}
+		slabs = append(slabs, slab)
+	}
+	n := 0
+	for _, slab := range slabs {
+		// Append takes pointers; a slab's are gathered on the stack.
+		var ptrs [batchSlab]*Record
+		for i := range slab {
+			ptrs[i] = &slab[i]
+		}
+		for i := 0; i < len(slab); {
+			part := slab[i].log
+			run := i + 1
+			for run < len(slab) && slab[run].log == part {
+				run++
+			}
+			stored, err := part.Append(ctx, ptrs[i:run]...)
+			if landed != nil {
+				for j, rec := range ptrs[i : i+stored] {
+					landed(n+j, Position{Partition: part.index, Offset: rec.Offset})
+				}
+			}
+			n += stored
+			if err != nil {
+				return n, err
+			}
+			i = run
+		}
+	}
+	return n, nil
+}
+
+// publishable fails a publish that cannot start: after Close began, or with
+// ctx already done.
+func (t *Topic) publishable(ctx context.Context) error {
 	if t.broker.State() != Running {
-		return Position{}, fmt.Errorf("%w: publish to topic %q", ErrClosed, t.name)
+		return fmt.Errorf("%w: publish to topic %q", ErrClosed, t.name)
 	}
 	if err := ctx.Err(); err != nil {
-		return Position{}, fmt.Errorf("publish to topic %q: %w", t.name, err)
+		return fmt.Errorf("publish to topic %q: %w", t.name, err)
 	}
-	p := t.partitioner.Partition(key, len(t.parts))
+	return nil
+}
+
+// prepare fills rec from e: routes it, stamps it and names it.
+func (t *Topic) prepare(rec *Record, e Entry, now time.Time) error {
+	p := t.partitioner.Partition(e.Key, len(t.parts))
 	if p < 0 || p >= len(t.parts) {
-		return Position{}, fmt.Errorf("%w: topic %q: partitioner chose partition %d of %d", ErrInvalid, t.name, p, len(t.parts))
+		return fmt.Errorf("%w: topic %q: partitioner chose partition %d of %d", ErrInvalid, t.name, p, len(t.parts))
 	}
-	rec := &Record{
-		Key:     key,
-		Value:   value,
-		Headers: maps.Clone(headers),
-		Created: t.broker.clock.Now(),
+	*rec = Record{
+		Key:     e.Key,
+		Value:   e.Value,
+		Headers: maps.Clone(e.Headers),
+		Created: now,
 		log:     t.parts[p],
 	}
 	if t.broker.ids != nil {
 		rec.id = t.broker.ids.NextID()
 	}
-	off, err := t.parts[p].Append(ctx, rec)
-	if err != nil {
-		return Position{}, err
-	}
-	return Position{Partition: p, Offset: off}, nil
+	return nil
 }
 
 // Partition returns partition i, or nil when there is none.
