@@ -17,11 +17,23 @@ import (
 //   - S3: producer p sends to channel p, read by consumer p.
 //
 // There is no ack: a message received is a message done.
-type chanPeer struct{}
+//
+// chan-batch (batch > 1) sends slices of up to batch messages instead, the
+// channel's own way of batching, with channels of 1024/batch slots so that
+// as many messages can be in flight.
+type chanPeer struct{ batch int }
 
-func (chanPeer) name() string { return "chan" }
+func (p chanPeer) name() string {
+	if p.batch > 1 {
+		return "chan-batch"
+	}
+	return "chan"
+}
 
-func (chanPeer) run(sc scenario, n int) (result, error) {
+func (p chanPeer) run(sc scenario, n int) (result, error) {
+	if p.batch > 1 {
+		return p.runBatches(sc, n)
+	}
 	stamp := sc.pace > 0
 	tr := newTracker(n, sc.groups, stamp)
 	chans := make([][]chan []byte, sc.groups) // [group][partition]
@@ -49,6 +61,56 @@ func (chanPeer) run(sc scenario, n int) (result, error) {
 		part := p % sc.partitions
 		for g := range sc.groups {
 			chans[g][part] <- b
+		}
+		return nil
+	})
+	if err == nil {
+		err = tr.wait(*flagTimeout)
+	}
+	m.stop(&res)
+
+	for g := range chans {
+		for _, ch := range chans[g] {
+			close(ch)
+		}
+	}
+	consumers.Wait()
+	tr.finish(&res)
+	return res, err
+}
+
+func (p chanPeer) runBatches(sc scenario, n int) (result, error) {
+	stamp := sc.pace > 0
+	tr := newTracker(n, sc.groups, stamp)
+	chans := make([][]chan [][]byte, sc.groups) // [group][partition]
+	var consumers sync.WaitGroup
+	for g := range sc.groups {
+		chans[g] = make([]chan [][]byte, sc.partitions)
+		for part := range sc.partitions {
+			ch := make(chan [][]byte, 1024/p.batch)
+			chans[g][part] = ch
+			// Ends when the channel is closed after the producers finish.
+			consumers.Go(func() {
+				for batch := range ch {
+					for _, m := range batch {
+						tr.deliver(g, m)
+					}
+				}
+			})
+		}
+	}
+
+	var res result
+	m := startMeter()
+	err := runProducerBatches(sc, n, p.batch, func(prod int, first uint64, count int) error {
+		// Fresh slices: the consumers hold on to them.
+		batch := make([][]byte, count)
+		for i := range batch {
+			batch[i] = newPayload(first+uint64(i), stamp)
+		}
+		part := prod % sc.partitions
+		for g := range sc.groups {
+			chans[g][part] <- batch
 		}
 		return nil
 	})

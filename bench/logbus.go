@@ -22,11 +22,20 @@ import (
 // json selects the "logbus-json" variant, S1 only: codec.JSON of a small
 // struct carrying the 64 bytes, to show the JSON codec's cost beside the
 // bytes codec's.
-type logbusPeer struct{ json bool }
+//
+// batch > 1 selects the "logbus-batch" variant: the producers publish up to
+// batch messages per call, PublishValues (S1, S2) or PublishBatch (S3).
+type logbusPeer struct {
+	json  bool
+	batch int
+}
 
 func (p logbusPeer) name() string {
-	if p.json {
+	switch {
+	case p.json:
 		return "logbus-json"
+	case p.batch > 1:
+		return "logbus-batch"
 	}
 	return "logbus"
 }
@@ -65,6 +74,9 @@ func (p logbusPeer) run(sc scenario, n int) (result, error) {
 			},
 			func(tr *tracker, g int, v jsonMsg) { tr.deliverSeq(g, v.Seq, v.Sent) })
 	}
+	if p.batch > 1 {
+		return runLogbusBatches(sc, n, p.batch)
+	}
 	return runLogbus(sc, n, codec.Bytes(),
 		func(seq uint64, stamp bool, buf []byte) []byte {
 			// The bytes codec copies on Encode, so the producer's
@@ -82,6 +94,64 @@ func (p logbusPeer) run(sc scenario, n int) (result, error) {
 func runLogbus[V any](sc scenario, n int, values codec.Codec[V],
 	build func(seq uint64, stamp bool, buf []byte) V,
 	check func(tr *tracker, g int, v V),
+) (res result, err error) {
+	bufs := make([][]byte, sc.producers)
+	for p := range bufs {
+		bufs[p] = make([]byte, payloadSize)
+	}
+	return withLogbus(sc, n, values, check, func(ctx context.Context, topic *pubsub.Topic[string, V], keys []string, stamp bool) error {
+		return runProducers(sc, n, func(p int, seq uint64) error {
+			v := build(seq, stamp, bufs[p])
+			var err error
+			if keys[p] == "" {
+				_, err = topic.PublishValue(ctx, v)
+			} else {
+				_, err = topic.Publish(ctx, keys[p], v)
+			}
+			return err
+		})
+	})
+}
+
+// runLogbusBatches is runLogbus for logbus-batch: bytes values, published
+// batch at a time.
+func runLogbusBatches(sc scenario, n, batch int) (result, error) {
+	check := func(tr *tracker, g int, v []byte) { tr.deliver(g, v) }
+	return withLogbus(sc, n, codec.Bytes(), check, func(ctx context.Context, topic *pubsub.Topic[string, []byte], keys []string, stamp bool) error {
+		// Each producer fills its own batch buffers; the bytes codec copies
+		// on Encode, so they are reused for every batch.
+		values := make([][][]byte, sc.producers)
+		entries := make([][]pubsub.Entry[string, []byte], sc.producers)
+		for p := range values {
+			values[p] = make([][]byte, batch)
+			entries[p] = make([]pubsub.Entry[string, []byte], batch)
+			for i := range values[p] {
+				values[p][i] = make([]byte, payloadSize)
+				entries[p][i] = pubsub.Entry[string, []byte]{Key: keys[p], Value: values[p][i]}
+			}
+		}
+		return runProducerBatches(sc, n, batch, func(p int, first uint64, count int) error {
+			for i := range count {
+				fillPayload(values[p][i], first+uint64(i), stamp)
+			}
+			var err error
+			if keys[p] == "" {
+				_, err = topic.PublishValues(ctx, values[p][:count])
+			} else {
+				_, err = topic.PublishBatch(ctx, entries[p][:count])
+			}
+			return err
+		})
+	})
+}
+
+// withLogbus is one logbus run: a fresh broker and topic, sc.groups groups
+// whose handlers ack and hand each value to check, then publish (with one
+// key per producer when there are several, keys[p], else keyless), then
+// wait until every group has every message and its commits are done.
+func withLogbus[V any](sc scenario, n int, values codec.Codec[V],
+	check func(tr *tracker, g int, v V),
+	publish func(ctx context.Context, topic *pubsub.Topic[string, V], keys []string, stamp bool) error,
 ) (res result, err error) {
 	ctx := context.Background()
 	b := pubsub.NewBroker()
@@ -120,22 +190,9 @@ func runLogbus[V any](sc scenario, n int, values codec.Codec[V],
 			keys[p] = keyFor(p%sc.partitions, sc.partitions)
 		}
 	}
-	bufs := make([][]byte, sc.producers)
-	for p := range bufs {
-		bufs[p] = make([]byte, payloadSize)
-	}
 
 	m := startMeter()
-	err = runProducers(sc, n, func(p int, seq uint64) error {
-		v := build(seq, stamp, bufs[p])
-		var err error
-		if keys[p] == "" {
-			_, err = topic.PublishValue(ctx, v)
-		} else {
-			_, err = topic.Publish(ctx, keys[p], v)
-		}
-		return err
-	})
+	err = publish(ctx, topic, keys, stamp)
 	if err == nil {
 		err = tr.wait(*flagTimeout)
 	}

@@ -115,7 +115,7 @@ type Partition struct {
 	// The fields above never change; the groups below are each written by
 	// someone else, and kept on their own cache lines so that a write to
 	// one does not make the readers of the others miss: every append writes
-	// end, and every commit reads roomWaiters.
+	// end, and every commit reads roomArmed.
 	_ cacheLinePad
 
 	// end and earliest mirror next and base for readers that take no lock:
@@ -123,10 +123,10 @@ type Partition struct {
 	end, earliest atomic.Int64
 	_             cacheLinePad
 
-	// roomWaiters counts the producers waiting for room. Committers read it
-	// without mu: see notifyCommit.
-	roomWaiters atomic.Int32
-	_           cacheLinePad
+	// roomArmed says a producer waits for room on the room channel.
+	// Committers read it without mu: see notifyCommit.
+	roomArmed atomic.Bool
+	_         cacheLinePad
 
 	mu         sync.Mutex     // guards everything below
 	size       int            // records retained: next - base
@@ -135,7 +135,7 @@ type Partition struct {
 	lowWater   int64          // a low-water mark the cursors were at or past; see reclaimLocked
 	sealed     bool           // Close began: appends fail with ErrClosed
 	readers    []reader       // readers waiting for the next append; see Read
-	room       chan struct{}  // closed when room may have appeared, or on seal
+	room       chan struct{}  // made by a producer that waits for room, closed when room may have appeared or on seal
 	stats      PartitionStats // Reclaimed, Dropped, Expired, Blocked, TimedOut
 }
 
@@ -159,7 +159,6 @@ func newPartition(topic string, index int, ret Retention, clock Clock) *Partitio
 		clock:       clock,
 		trimsUnread: ret.OnFull == DropOldest || ret.MaxAge > 0,
 		ring:        make([]atomic.Pointer[Record], ret.MaxMessages),
-		room:        make(chan struct{}),
 	}
 }
 
@@ -190,7 +189,6 @@ func (p *Partition) Append(ctx context.Context, recs ...*Record) (int, error) {
 		n        int         // records stored
 		timer    *time.Timer // started by a wait, shared by the later ones until a record is stored
 		timedOut bool
-		waiting  bool // counted in roomWaiters
 		blocked  bool // counted in stats.Blocked
 	)
 	defer func() {
@@ -222,14 +220,13 @@ func (p *Partition) Append(ctx context.Context, recs ...*Record) (int, error) {
 			p.mu.Unlock()
 			return n, nil
 		}
-		// Full, under Block.
-		if !waiting {
-			// Announce the wait, then look at the cursors again: a commit
-			// either lands before that look (and frees room now) or sees
-			// the count and wakes us. See notifyCommit.
-			waiting = true
-			p.roomWaiters.Add(1)
-			defer p.roomWaiters.Add(-1)
+		// Full, under Block. Arm the room channel, then look at the cursors
+		// once more (the cached low-water mark is used up, so roomLocked
+		// reads them): a commit either lands before that look, and frees
+		// room now, or finds the channel armed and closes it. See
+		// notifyCommit.
+		p.armRoomLocked()
+		if p.roomLocked() {
 			p.mu.Unlock()
 			continue
 		}
@@ -350,19 +347,21 @@ func (p *Partition) Read(offset int64, dst []*Record, c *Cursor, bell chan struc
 	return n, 0, false
 }
 
-// notifyCommit wakes producers blocked for room after a group committed.
-// It costs one atomic load when nobody waits, which is every commit on an
-// unblocked partition.
+// notifyCommit wakes the producers blocked for room after a group
+// committed. It costs one atomic load when nobody waits, which is every
+// commit on an unblocked partition, and only the first commit after a
+// producer armed the room channel takes the lock: a wait costs one wake-up
+// however many groups commit meanwhile.
 //
-// Why no wake-up is lost: a producer counts itself in roomWaiters before its
+// Why no wake-up is lost: a producer arms the channel (under mu) before its
 // last look at the cursors, a committer writes its cursor before it loads
-// roomWaiters, and
-// both are sequentially consistent atomics, so at least one of them sees the
-// other. If the producer saw the commit it has room; if the committer saw the
-// count it takes mu, which the producer holds until it has taken the room
-// channel it will wait on, and closes that very channel.
+// roomArmed, and both are sequentially consistent atomics, so at least one
+// of them sees the other. If the producer saw the commit it has room; if
+// the committer saw the channel armed it takes mu, which the producer holds
+// until it has taken the channel it will wait on, and closes that very
+// channel.
 func (p *Partition) notifyCommit() {
-	if p.roomWaiters.Load() == 0 {
+	if !p.roomArmed.Load() || !p.roomArmed.CompareAndSwap(true, false) {
 		return
 	}
 	p.mu.Lock()
@@ -370,9 +369,22 @@ func (p *Partition) notifyCommit() {
 	p.mu.Unlock()
 }
 
+// armRoomLocked makes sure the room channel exists and tells committers
+// that a producer is about to wait on it.
+func (p *Partition) armRoomLocked() {
+	if p.room == nil {
+		p.room = make(chan struct{})
+	}
+	p.roomArmed.Store(true)
+}
+
+// wakeProducersLocked wakes every producer waiting on the room channel.
 func (p *Partition) wakeProducersLocked() {
-	close(p.room)
-	p.room = make(chan struct{})
+	if p.room != nil {
+		close(p.room)
+		p.room = nil
+	}
+	p.roomArmed.Store(false)
 }
 
 // subscribe makes a new group's cursor part of the low-water mark and starts
@@ -416,9 +428,7 @@ func (p *Partition) seek(c *Cursor, offset int64, clamp bool) (int64, error) {
 	}
 	c.Set(offset)
 	p.lowWater = min(p.lowWater, offset)
-	if p.roomWaiters.Load() > 0 {
-		p.wakeProducersLocked() // a forward seek can free room
-	}
+	p.wakeProducersLocked() // a forward seek can free room
 	return offset, nil
 }
 
