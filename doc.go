@@ -27,6 +27,11 @@
 //
 //	pos, err := orders.Publish(ctx, order.Customer, order)
 //
+// Many records at once go through PublishBatch (or PublishValues for
+// keyless ones): the same routing and per-key order as one Publish each, at
+// a fraction of the cost per record, since the clock, the allocation of the
+// records and each partition's lock and wake-up are shared by the batch.
+//
 // Consumers join named groups. Every group sees every record; inside a group
 // each partition, and so each record, goes to one consumer:
 //
@@ -125,7 +130,7 @@
 //
 // Memory is bounded by retention: about MaxMessages × partitions × (the
 // encoded record size + roughly 150 bytes of bookkeeping: the record
-// header, its ID and slot). 4 partitions × 1024 records of 1 KiB is about
+// header, its slot and its share of a block of IDs). 4 partitions × 1024 records of 1 KiB is about
 // 4.6 MiB. Each group runs one parked goroutine per partition (a few KiB of
 // stack each) and costs no CPU while idle: workers wait on channels, never
 // on timers.

@@ -183,3 +183,28 @@ func ExampleTopic_Stream() {
 	fmt.Println(slices.Clone(done))
 	// Output: [wash dry fold]
 }
+
+// A batch lands where the same records published one by one would, for a
+// fraction of the cost per record.
+func ExampleTopic_PublishBatch() {
+	ctx := context.Background()
+	b := pubsub.NewBroker()
+	defer b.Close(ctx)
+	orders, _ := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2))
+
+	positions, err := orders.PublishBatch(ctx, []pubsub.Entry[string, string]{
+		{Key: "alice", Value: "alice:created"},
+		{Key: "bob", Value: "bob:created"},
+		{Key: "alice", Value: "alice:paid"},
+	})
+	if err != nil {
+		panic(err)
+	}
+	for _, pos := range positions {
+		fmt.Printf("partition %d offset %d\n", pos.Partition, pos.Offset)
+	}
+	// Output:
+	// partition 1 offset 0
+	// partition 0 offset 0
+	// partition 1 offset 1
+}
