@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -47,10 +48,10 @@ func TestTwoGroupsHaveIndependentCursorsAndPerKeyOrder(t *testing.T) {
 		// The groups share records: both were handed the very same *Record.
 		byPos := map[Position]*Record{}
 		for _, d := range billing.snapshot() {
-			byPos[Position{d.rec.Partition(), d.rec.Offset}] = d.rec
+			byPos[Position{d.rec.Partition(), d.rec.Offset}] = d.shared
 		}
 		for _, d := range audit.snapshot() {
-			if byPos[Position{d.rec.Partition(), d.rec.Offset}] != d.rec {
+			if byPos[Position{d.rec.Partition(), d.rec.Offset}] != d.shared {
 				t.Errorf("record %d/%d was copied for audit", d.rec.Partition(), d.rec.Offset)
 			}
 		}
@@ -892,6 +893,44 @@ func TestReclaimKeepsTheWholeWindow(t *testing.T) {
 		drain(t, b)
 		if got := h.acked()[10:]; !slices.Equal(got, []string{"r006", "r007", "r008", "r009"}) {
 			t.Errorf("replay delivered %v, want the 4 retained records", got)
+		}
+	})
+}
+
+// A dead letter keeps its record's contents after the log has reused the
+// record's place, and its memory, for newer records.
+func TestDeadLettersOutliveReclaimedRecords(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 1}})
+		topic := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 2}})
+		g := subscribe(t, b, "orders", "billing", "b1", func(_ context.Context, rec *Record, _ int) error {
+			if strings.HasPrefix(string(rec.Value), "poison") {
+				return ErrPermanent
+			}
+			return nil
+		})
+		publish(t, topic, "k", "poison-1")
+		for i := range 50 { // many times the partition: every record's place is reused
+			publish(t, topic, "k", fmt.Sprintf("ok-%d", i))
+		}
+		publish(t, topic, "k", "poison-2")
+		drain(t, b)
+		if st := topic.Stats()[0]; st.Reclaimed < 40 {
+			t.Fatalf("only %d records were reclaimed; the test needs the log to reuse records", st.Reclaimed)
+		}
+		letters := g.DeadLetters()
+		if len(letters) != 2 {
+			t.Fatalf("got %d dead letters, want 2", len(letters))
+		}
+		for i, want := range []struct {
+			value  string
+			offset int64
+		}{{"poison-1", 0}, {"poison-2", 51}} {
+			rec := letters[i].Record
+			if string(rec.Value) != want.value || rec.Offset != want.offset || string(rec.Key) != "k" {
+				t.Errorf("dead letter %d holds %q at offset %d key %q, want %q at %d key \"k\"",
+					i, rec.Value, rec.Offset, rec.Key, want.value, want.offset)
+			}
 		}
 	})
 }

@@ -14,6 +14,8 @@ import (
 // delivery of the record in the group's current epoch (see Group.Seek) and
 // counts up across retries and across redeliveries after a rebalance.
 //
+// rec is valid until the handler returns, not after: see Record.
+//
 // ctx ends only when the broker stops without finishing its drain: a handler
 // must return soon after, and Close waits for it.
 type Handler func(ctx context.Context, rec *Record, attempt int) error

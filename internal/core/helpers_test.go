@@ -64,7 +64,8 @@ func drain(t *testing.T, b *Broker) {
 // delivery is one handler call seen by a recorder.
 type delivery struct {
 	consumer string
-	rec      *Record
+	rec      *Record // a copy: the log may reuse the record once committed
+	shared   *Record // the record the handler was given, for identity only
 	attempt  int
 	err      error
 }
@@ -85,7 +86,8 @@ func (r *recorder) handler(consumer string) Handler {
 			err = r.fail(rec, attempt)
 		}
 		r.mu.Lock()
-		r.calls = append(r.calls, delivery{consumer: consumer, rec: rec, attempt: attempt, err: err})
+		kept := *rec
+		r.calls = append(r.calls, delivery{consumer: consumer, rec: &kept, shared: rec, attempt: attempt, err: err})
 		r.mu.Unlock()
 		return err
 	}

@@ -135,6 +135,7 @@ type Partition struct {
 	lowWater   int64          // a low-water mark the cursors were at or past; see reclaimLocked
 	sealed     bool           // Close began: appends fail with ErrClosed
 	readers    []reader       // readers waiting for the next append; see Read
+	spare      *Record        // a reclaimed record for the next append to reuse; see reclaimLocked
 	room       chan struct{}  // made by a producer that waits for room, closed when room may have appeared or on seal
 	stats      PartitionStats // Reclaimed, Dropped, Expired, Blocked, TimedOut
 }
@@ -171,10 +172,11 @@ func (p *Partition) End() int64 { return p.end.Load() }
 // Earliest is the offset of the oldest retained record.
 func (p *Partition) Earliest() int64 { return p.earliest.Load() }
 
-// Append stores recs at the end of the log, in order, setting their
-// Offset fields, and wakes the readers waiting for them. It returns how many
-// it stored: all of them, or, on error, the first n (the others are not in
-// the log).
+// Append stores copies of recs at the end of the log, in order, setting the
+// Offset fields of recs too, and wakes the readers waiting for them. It
+// returns how many it stored: all of them, or, on error, the first n (the
+// others are not in the log). The copies reuse the records that reclaiming
+// frees, so a partition whose groups keep up allocates none.
 //
 // When the log is full it reclaims, drops or blocks as the retention says.
 // A blocked Append waits until room appears, the partition is sealed
@@ -183,8 +185,9 @@ func (p *Partition) Earliest() int64 { return p.earliest.Load() }
 // BlockTimeout, as if appended alone. Records stored before a wait are
 // visible to readers at once.
 //
-// The records must not be touched by the caller afterwards.
-func (p *Partition) Append(ctx context.Context, recs ...*Record) (int, error) {
+// The keys, values and headers of recs must not be touched by the caller
+// afterwards; recs themselves may be.
+func (p *Partition) Append(ctx context.Context, recs ...Record) (int, error) {
 	var (
 		n        int         // records stored
 		timer    *time.Timer // started by a wait, shared by the later ones until a record is stored
@@ -206,7 +209,7 @@ func (p *Partition) Append(ctx context.Context, recs ...*Record) (int, error) {
 		p.expireLocked(now)
 		stored := n
 		for n < len(recs) && p.roomLocked() {
-			p.storeLocked(recs[n])
+			p.storeLocked(&recs[n])
 			n++
 		}
 		if n > stored {
@@ -278,13 +281,24 @@ func (p *Partition) roomLocked() bool {
 	return false
 }
 
-// storeLocked puts rec at the end of the log. Readers see it once
-// publishLocked moves the end past it.
+// storeLocked puts a copy of rec at the end of the log, and sets rec's
+// Offset. Readers see it once publishLocked moves the end past it.
 func (p *Partition) storeLocked(rec *Record) {
 	rec.Offset = p.next
-	p.ring[p.next%int64(len(p.ring))].Store(rec)
+	stored := p.recordLocked()
+	*stored = *rec
+	p.ring[p.next%int64(len(p.ring))].Store(stored)
 	p.size++
 	p.next++
+}
+
+// recordLocked returns the spare reclaimed record, or a new one.
+func (p *Partition) recordLocked() *Record {
+	if rec := p.spare; rec != nil {
+		p.spare = nil
+		return rec
+	}
+	return new(Record)
 }
 
 // publishLocked makes the stored records visible and rings the bells of the
@@ -470,6 +484,14 @@ func (p *Partition) Stats() PartitionStats {
 // groups looks at their cursors once per run of freed records, not once per
 // append, and does not pull the cursors' cache lines from the workers that
 // write them.
+//
+// The reclaimed record is kept as the spare for the append that needed the
+// room, so a partition whose groups keep up allocates no records. That is
+// safe because nothing refers to it any more: every group's cursor is past
+// it, a worker reads only at or after its cursor and lets go of a record
+// before it commits it, and a dead letter keeps a copy. Records that leave
+// by drop or expiry may still be in a worker's hands, so they are left to
+// the garbage collector.
 func (p *Partition) reclaimLocked() {
 	if len(p.cursors) == 0 || p.size == 0 {
 		return // no group yet: keep the backlog for the first one
@@ -483,8 +505,11 @@ func (p *Partition) reclaimLocked() {
 			return
 		}
 	}
+	rec := p.oldestLocked()
 	p.evictLocked()
 	p.stats.Reclaimed++
+	*rec = Record{} // let go of its key, value and headers now
+	p.spare = rec
 }
 
 // expireLocked trims the records older than MaxAge.

@@ -2,10 +2,15 @@ package core
 
 import "time"
 
-// Record is a message once it has a place in the log. It is immutable after
-// Append returns: every group reads the same *Record, and nothing on the read
+// Record is a message once it has a place in the log. It is immutable while
+// it is retained: every group reads the same *Record, and nothing on the read
 // path copies it, so no code may write to it or to the slices and map it
 // holds.
+//
+// A *Record is valid until every group has committed past it: then the
+// partition may reuse it for a new record (see Partition.reclaimLocked). So
+// a Handler must not keep rec after it returns, and anything that outlives
+// the delivery (a dead letter) keeps a copy.
 type Record struct {
 	Offset  int64
 	Key     []byte // nil for a keyless record

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 )
 
@@ -21,6 +22,7 @@ type Topic struct {
 	broker      *Broker
 	parts       []*Partition
 	partitioner Partitioner
+	batches     sync.Pool // of *[]Record: see batchRecords
 }
 
 func newTopic(b *Broker, name string, cfg TopicConfig) (*Topic, error) {
@@ -68,14 +70,15 @@ func (t *Topic) Publish(ctx context.Context, key, value []byte, headers map[stri
 	if err := t.publishable(ctx); err != nil {
 		return Position{}, err
 	}
-	rec := &Record{}
-	if err := t.prepare(rec, Entry{Key: key, Value: value, Headers: headers}, t.broker.clock.Now()); err != nil {
+	var rec [1]Record // Append copies it into the log and sets its Offset
+	if err := t.prepare(&rec[0], Entry{Key: key, Value: value, Headers: headers}, t.broker.clock.Now()); err != nil {
 		return Position{}, err
 	}
-	if _, err := rec.log.Append(ctx, rec); err != nil {
+	part := rec[0].log
+	if _, err := part.Append(ctx, rec[:]...); err != nil {
 		return Position{}, err
 	}
-	return Position{Partition: rec.log.index, Offset: rec.Offset}, nil
+	return Position{Partition: part.index, Offset: rec[0].Offset}, nil
 }
 
 // Entry is one record of a batch given to PublishBatch.
@@ -85,11 +88,6 @@ type Entry struct {
 	Headers map[string]string
 }
 
-// batchSlab is how many records of a batch share one allocation. A slab
-// stays alive while any of its records is retained, so it is small next to
-// a partition's retention.
-const batchSlab = 64
-
 // PublishBatch appends entries in order, each to the partition its key
 // routes to, as Publish would one by one, and returns how many it appended:
 // all of them, or, with an error, the first n. landed, if not nil, is told
@@ -97,56 +95,70 @@ const batchSlab = 64
 // ownership of the keys and values, and copies the headers.
 //
 // A batch costs much less than its records published one by one: the clock
-// is read once (every record of the batch has the same Created), records
-// are allocated 64 at a time, and each run of consecutive records for one
-// partition is appended under one lock, with one wake-up for its readers.
-// Records of one partition keep their batch order; another producer's
-// records may land between two runs. Under Block the call waits for room as
-// often as needed, each record at most BlockTimeout. A partitioner that
-// chooses no valid partition for some entry fails the batch before anything
-// is appended.
+// is read once (every record of the batch has the same Created), and each
+// run of consecutive records for one partition is appended under one lock,
+// with one wake-up for its readers. Records of one partition keep their
+// batch order; another producer's records may land between two runs. Under
+// Block the call waits for room as often as needed, each record at most
+// BlockTimeout. A partitioner that chooses no valid partition for some
+// entry fails the batch before anything is appended.
 func (t *Topic) PublishBatch(ctx context.Context, entries []Entry, landed func(i int, pos Position)) (int, error) {
 	if err := t.publishable(ctx); err != nil {
 		return 0, err
 	}
 	now := t.broker.clock.Now()
-	slabs := make([][]Record, 0, (len(entries)+batchSlab-1)/batchSlab)
-	for start := 0; start < len(entries); start += batchSlab {
-		slab := make([]Record, min(batchSlab, len(entries)-start))
-		for i := range slab {
-			if err := t.prepare(&slab[i], entries[start+i], now); err != nil {
-				return 0, fmt.Errorf("batch entry %d: %w", start+i, err)
-			}
+	buf := t.batchRecords(len(entries))
+	defer t.releaseBatchRecords(buf)
+	recs := *buf
+	for i, e := range entries {
+		if err := t.prepare(&recs[i], e, now); err != nil {
+			return 0, fmt.Errorf("batch entry %d: %w", i, err)
 		}
-		slabs = append(slabs, slab)
 	}
 	n := 0
-	for _, slab := range slabs {
-		// Append takes pointers; a slab's are gathered on the stack.
-		var ptrs [batchSlab]*Record
-		for i := range slab {
-			ptrs[i] = &slab[i]
+	for n < len(recs) {
+		part := recs[n].log
+		run := n + 1
+		for run < len(recs) && recs[run].log == part {
+			run++
 		}
-		for i := 0; i < len(slab); {
-			part := slab[i].log
-			run := i + 1
-			for run < len(slab) && slab[run].log == part {
-				run++
+		stored, err := part.Append(ctx, recs[n:run]...)
+		if landed != nil {
+			for i := n; i < n+stored; i++ {
+				landed(i, Position{Partition: part.index, Offset: recs[i].Offset})
 			}
-			stored, err := part.Append(ctx, ptrs[i:run]...)
-			if landed != nil {
-				for j, rec := range ptrs[i : i+stored] {
-					landed(n+j, Position{Partition: part.index, Offset: rec.Offset})
-				}
-			}
-			n += stored
-			if err != nil {
-				return n, err
-			}
-			i = run
+		}
+		n += stored
+		if err != nil {
+			return n, err
 		}
 	}
 	return n, nil
+}
+
+// batchRecords returns a slice of n records to prepare a batch in, from the
+// topic's pool when it has one big enough: Append copies the records into
+// the log, so the next batch can reuse the slice. Give it back with
+// releaseBatchRecords.
+func (t *Topic) batchRecords(n int) *[]Record {
+	if b, ok := t.batches.Get().(*[]Record); ok && cap(*b) >= n {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]Record, n)
+	return &b
+}
+
+// maxPooledBatch bounds the slices the pool keeps, so that one huge batch
+// does not pin its buffer.
+const maxPooledBatch = 4096
+
+func (t *Topic) releaseBatchRecords(b *[]Record) {
+	if cap(*b) > maxPooledBatch {
+		return
+	}
+	clear(*b) // the keys and values now belong to the log
+	t.batches.Put(b)
 }
 
 // publishable fails a publish that cannot start: after Close began, or with

@@ -94,10 +94,12 @@ func (w *worker) deliverBatch(recs []*Record) bool {
 		case evicted:
 			return true // the next read finds the cursor trimmed, skips and counts
 		}
-		if !cursor.Commit(rec.Offset, rec.Offset+1) {
+		// Once committed, rec may be reused for another record: see Record.
+		next := rec.Offset + 1
+		if !cursor.Commit(next-1, next) {
 			return true // the cursor moved under us; cannot happen while seeks stop us first
 		}
-		w.committed(rec.Offset + 1)
+		w.committed(next)
 		if w.stopping() {
 			return false
 		}
@@ -157,8 +159,9 @@ func (w *worker) deliver(rec *Record) outcome {
 		case errors.Is(err, ErrAbandoned), hardStop.Err() != nil:
 			return interrupted
 		case errors.Is(err, ErrPermanent) || attempt >= g.retry.MaxAttempts:
+			kept := *rec // the letter outlives the record's place in the log
 			g.dlq.add(DeadLetter{
-				Record:   rec,
+				Record:   &kept,
 				Group:    g.name,
 				Attempts: attempt,
 				Err:      err,
