@@ -65,20 +65,31 @@ func (r *recordIDs) id(offset int64) string {
 
 func (r *recordIDs) format(first int64) *idBlock {
 	b := &idBlock{first: first}
-	// Every offset of the block has as many digits as the last one, or one
-	// fewer, so this is enough room, and the one allocation of the block.
-	digits := 1
-	for n := first + idBlockLen - 1; n >= 10; n /= 10 {
-		digits++
-	}
-	var sb strings.Builder
-	sb.Grow(idBlockLen * (len(r.prefix) + digits))
 	var num [20]byte
-	for i := range int64(idBlockLen) {
+	digits := strconv.AppendInt(num[:0], first, 10)
+	// Every offset of the block has as many digits as the first one, or one
+	// more, so this is enough room, and the one allocation of the names.
+	var sb strings.Builder
+	sb.Grow(idBlockLen * (len(r.prefix) + len(digits) + 1))
+	for i := range idBlockLen {
 		sb.WriteString(r.prefix)
-		sb.Write(strconv.AppendInt(num[:0], first+i, 10))
+		sb.Write(digits)
 		b.ends[i] = uint16(sb.Len())
+		digits = increment(digits)
 	}
 	b.names = sb.String()
 	return b
+}
+
+// increment adds one to the decimal number in digits, in place when it can:
+// consecutive offsets cost no formatting.
+func increment(digits []byte) []byte {
+	for i := len(digits) - 1; i >= 0; i-- {
+		if digits[i] != '9' {
+			digits[i]++
+			return digits
+		}
+		digits[i] = '0'
+	}
+	return append([]byte{'1'}, digits...) // 99…9 + 1
 }
