@@ -129,9 +129,8 @@
 // # Sizing
 //
 // Memory is bounded by retention: about MaxMessages × partitions × (the
-// encoded record size + roughly 150 bytes of bookkeeping: the record
-// header, its slot and its share of a block of IDs). 4 partitions × 1024 records of 1 KiB is about
-// 4.6 MiB. Each group runs one parked goroutine per partition (a few KiB of
+// encoded record size + roughly 120 bytes of bookkeeping: the record header
+// and its slot). 4 partitions × 1024 records of 1 KiB is about 4.5 MiB. Each group runs one parked goroutine per partition (a few KiB of
 // stack each) and costs no CPU while idle: workers wait on channels, never
 // on timers.
 //
