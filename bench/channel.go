@@ -32,69 +32,49 @@ func (p chanPeer) name() string {
 
 func (p chanPeer) run(sc scenario, n int) (result, error) {
 	if p.batch > 1 {
-		return p.runBatches(sc, n)
-	}
-	stamp := sc.pace > 0
-	tr := newTracker(n, sc.groups, stamp)
-	chans := make([][]chan []byte, sc.groups) // [group][partition]
-	var consumers sync.WaitGroup
-	for g := range sc.groups {
-		chans[g] = make([]chan []byte, sc.partitions)
-		for part := range sc.partitions {
-			ch := make(chan []byte, 1024)
-			chans[g][part] = ch
-			// Ends when the channel is closed after the producers finish.
-			consumers.Go(func() {
-				for p := range ch {
-					tr.deliver(g, p)
+		return runChannels(sc, n, p.batch, 1024/p.batch,
+			func(first uint64, count int, stamp bool) [][]byte {
+				batch := make([][]byte, count)
+				for i := range batch {
+					batch[i] = newPayload(first+uint64(i), stamp)
+				}
+				return batch
+			},
+			func(tr *tracker, g int, batch [][]byte) {
+				for _, m := range batch {
+					tr.deliver(g, m)
 				}
 			})
-		}
 	}
-
-	var res result
-	m := startMeter()
-	err := runProducers(sc, n, func(p int, seq uint64) error {
-		// A fresh slice per message: the consumer holds on to it, so the
-		// producer cannot reuse a buffer.
-		b := newPayload(seq, stamp)
-		part := p % sc.partitions
-		for g := range sc.groups {
-			chans[g][part] <- b
-		}
-		return nil
-	})
-	if err == nil {
-		err = tr.wait(*flagTimeout)
-	}
-	m.stop(&res)
-
-	for g := range chans {
-		for _, ch := range chans[g] {
-			close(ch)
-		}
-	}
-	consumers.Wait()
-	tr.finish(&res)
-	return res, err
+	return runChannels(sc, n, 1, 1024,
+		func(first uint64, _ int, stamp bool) []byte { return newPayload(first, stamp) },
+		func(tr *tracker, g int, m []byte) { tr.deliver(g, m) })
 }
 
-func (p chanPeer) runBatches(sc scenario, n int) (result, error) {
+// runChannels is one run over channels of M with buffer slots, one per
+// (group, partition), each read by its own goroutine. A producer has build
+// make the messages [first, first+count) of its share (at most batch at a
+// time) into one M and sends it to every group's channel of its partition;
+// deliver gives what a consumer received to the tracker. build makes fresh
+// slices: the consumers hold on to them, so a producer cannot reuse a
+// buffer.
+func runChannels[M any](sc scenario, n, batch, buffer int,
+	build func(first uint64, count int, stamp bool) M,
+	deliver func(tr *tracker, g int, m M),
+) (result, error) {
 	stamp := sc.pace > 0
 	tr := newTracker(n, sc.groups, stamp)
-	chans := make([][]chan [][]byte, sc.groups) // [group][partition]
+	chans := make([][]chan M, sc.groups) // [group][partition]
 	var consumers sync.WaitGroup
 	for g := range sc.groups {
-		chans[g] = make([]chan [][]byte, sc.partitions)
+		chans[g] = make([]chan M, sc.partitions)
 		for part := range sc.partitions {
-			ch := make(chan [][]byte, 1024/p.batch)
+			ch := make(chan M, buffer)
 			chans[g][part] = ch
 			// Ends when the channel is closed after the producers finish.
 			consumers.Go(func() {
-				for batch := range ch {
-					for _, m := range batch {
-						tr.deliver(g, m)
-					}
+				for m := range ch {
+					deliver(tr, g, m)
 				}
 			})
 		}
@@ -102,15 +82,11 @@ func (p chanPeer) runBatches(sc scenario, n int) (result, error) {
 
 	var res result
 	m := startMeter()
-	err := runProducerBatches(sc, n, p.batch, func(prod int, first uint64, count int) error {
-		// Fresh slices: the consumers hold on to them.
-		batch := make([][]byte, count)
-		for i := range batch {
-			batch[i] = newPayload(first+uint64(i), stamp)
-		}
-		part := prod % sc.partitions
+	err := runProducerBatches(sc, n, batch, func(p int, first uint64, count int) error {
+		msg := build(first, count, stamp)
+		part := p % sc.partitions
 		for g := range sc.groups {
-			chans[g][part] <- batch
+			chans[g][part] <- msg
 		}
 		return nil
 	})
