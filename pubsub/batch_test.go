@@ -102,19 +102,9 @@ func TestPublishBatchEncodeErrorPublishesNothing(t *testing.T) {
 		topic := mustTopic(t, b, "t", codec.String(), codec.JSON[any](), pubsub.WithPartitions(2))
 		entries := []pubsub.Entry[string, any]{{Key: "a", Value: 1}, {Key: "b", Value: func() {}}, {Key: "c", Value: 3}}
 		pos, err := topic.PublishBatch(context.Background(), entries)
-		if len(pos) != 0 || !errors.Is(err, codec.ErrEncode) {
-			t.Fatalf("PublishBatch with an unencodable entry: got (%d positions, %v), want (0, an error wrapping codec.ErrEncode)", len(pos), err)
-		}
-		if got := topic.Stats().Published; got != 0 {
-			t.Errorf("%d records were published, want 0", got)
-		}
+		wantNothingPublished(t, "PublishBatch with an unencodable entry", topic, pos, err, codec.ErrEncode)
 		pos, err = topic.PublishValues(context.Background(), []any{1, make(chan int)})
-		if len(pos) != 0 || !errors.Is(err, codec.ErrEncode) {
-			t.Fatalf("PublishValues with an unencodable value: got (%d positions, %v), want (0, an error wrapping codec.ErrEncode)", len(pos), err)
-		}
-		if got := topic.Stats().Published; got != 0 {
-			t.Errorf("%d records were published, want 0", got)
-		}
+		wantNothingPublished(t, "PublishValues with an unencodable value", topic, pos, err, codec.ErrEncode)
 	})
 }
 
@@ -250,12 +240,7 @@ func TestPublishBatchBadPartitionerPublishesNothing(t *testing.T) {
 		b := newBroker(t)
 		topic := mustTopic(t, b, "t", codec.String(), codec.Int[int](), pubsub.WithPartitions(2), pubsub.WithPartitioner(badKeyPartitioner{}))
 		pos, err := topic.PublishBatch(context.Background(), []pubsub.Entry[string, int]{{Key: "ok"}, {Key: "bad"}})
-		if len(pos) != 0 || !errors.Is(err, pubsub.ErrInvalid) {
-			t.Fatalf("PublishBatch: got (%d positions, %v), want (0, an error wrapping ErrInvalid)", len(pos), err)
-		}
-		if got := topic.Stats().Published; got != 0 {
-			t.Errorf("%d records were published, want 0", got)
-		}
+		wantNothingPublished(t, "PublishBatch with a bad partition", topic, pos, err, pubsub.ErrInvalid)
 	})
 }
 
@@ -272,9 +257,7 @@ func TestPublishBatchAfterClose(t *testing.T) {
 			t.Fatalf("Close: %v", err)
 		}
 		pos, err := topic.PublishBatch(context.Background(), []pubsub.Entry[string, int]{{Key: "k", Value: 1}})
-		if len(pos) != 0 || !errors.Is(err, pubsub.ErrClosed) {
-			t.Fatalf("PublishBatch after Close: got (%d positions, %v), want (0, an error wrapping ErrClosed)", len(pos), err)
-		}
+		wantNothingPublished(t, "PublishBatch after Close", topic, pos, err, pubsub.ErrClosed)
 	})
 }
 
@@ -287,4 +270,16 @@ func (badKeyPartitioner) Partition(key []byte, partitions int) int {
 		return partitions
 	}
 	return 0
+}
+
+// wantNothingPublished checks that a batch failed with an error wrapping
+// target and left the topic as it was.
+func wantNothingPublished[K, V any](t *testing.T, what string, topic *pubsub.Topic[K, V], pos []pubsub.Position, err, target error) {
+	t.Helper()
+	if len(pos) != 0 || !errors.Is(err, target) {
+		t.Fatalf("%s: got (%d positions, %v), want (0, an error wrapping %v)", what, len(pos), err, target)
+	}
+	if got := topic.Stats().Published; got != 0 {
+		t.Errorf("%s: %d records were published, want 0", what, got)
+	}
 }
