@@ -217,3 +217,35 @@ func TestDefaultIDsNameThePosition(t *testing.T) {
 		t.Errorf("two brokers share the prefix %q", prefix)
 	}
 }
+
+// The default clock reads like time.Now: its monotonic part orders it
+// exactly between two time.Now readings, its wall part within a
+// millisecond, and a reading more than a second old (or from the future)
+// is replaced rather than extended.
+func TestWallClockReadsLikeTimeNow(t *testing.T) {
+	c := WallClock().(*wallClock)
+	check := func(what string) {
+		t.Helper()
+		before := time.Now()
+		got := c.Now()
+		after := time.Now()
+		if got.Before(before) || got.After(after) {
+			t.Fatalf("%s: %v is not between %v and %v", what, got, before, after)
+		}
+		if wall := got.Round(0); wall.Before(before.Round(0).Add(-time.Millisecond)) || wall.After(after.Round(0).Add(time.Millisecond)) {
+			t.Fatalf("%s: wall time %v is not within a millisecond of [%v, %v]", what, wall, before.Round(0), after.Round(0))
+		}
+	}
+	for range 1000 {
+		check("steady")
+	}
+	stale := time.Now().Add(-2 * time.Second)
+	c.base.Store(&stale)
+	check("after a stale reading")
+	if base := c.base.Load(); base == &stale {
+		t.Fatal("a reading two seconds old was extended, not replaced")
+	}
+	future := time.Now().Add(time.Hour)
+	c.base.Store(&future)
+	check("after a reading from the future")
+}
