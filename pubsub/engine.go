@@ -37,7 +37,7 @@ type (
 		Name() string
 		Partitions() int
 		Publish(ctx context.Context, key, value []byte, headers map[string]string) (core.Position, error)
-		PublishBatch(ctx context.Context, entries []core.Entry, landed func(i int, pos core.Position)) (int, error)
+		PublishBatch(ctx context.Context, n int, entry func(i int) (core.Entry, error), landed func(i int, pos core.Position)) (int, error)
 		Stats() []core.PartitionStats
 	}
 	engineGroup interface {

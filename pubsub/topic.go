@@ -24,8 +24,6 @@ type Topic[K, V any] struct {
 
 	mu     sync.Mutex           // guards groups
 	groups map[string]*Group[V] // the typed handle of each group, so Subscribe returns the same one
-
-	batches sync.Pool // of *[]core.Entry: see batchBuffer
 }
 
 // TopicOption configures a topic. Options only record; NewTopic checks them
@@ -240,79 +238,51 @@ type Entry[K, V any] struct {
 // equal keys keep their batch order, as with Publish.
 //
 // A batch is much cheaper than as many Publish calls: the clock is read
-// once, so every record of the batch has the same Created; records are
-// allocated together; and each run of consecutive records bound for one
-// partition is appended under one lock, waking the partition's readers
-// once. Another producer's records may land between two runs.
+// once, so every record of the batch has the same Created, and each run of
+// consecutive records bound for one partition is appended under one lock,
+// waking the partition's readers once. Another producer's records may land
+// between two runs.
 //
 // Every entry is encoded before anything is published: one the codecs
-// cannot encode fails the whole batch, with no positions. Under Block, the call
-// waits for room as often as it needs to, each record at most BlockTimeout
-// and never past ctx. After Close began it fails with ErrClosed.
+// cannot encode fails the whole batch, with no positions. Under Block, the
+// call waits for room as often as it needs to, each record at most
+// BlockTimeout and never past ctx. After Close began it fails with
+// ErrClosed.
 func (t *Topic[K, V]) PublishBatch(ctx context.Context, entries []Entry[K, V]) ([]Position, error) {
-	batch := t.batchBuffer(len(entries))
-	defer t.releaseBatch(batch)
-	for i, e := range entries {
+	return t.publishBatch(ctx, len(entries), func(i int) (core.Entry, error) {
+		e := entries[i]
 		k, err := t.keys.Encode(e.Key)
 		if err != nil {
-			return nil, fmt.Errorf("logbus: publish batch to topic %q: entry %d: encode key: %w", t.Name(), i, err)
+			return core.Entry{}, fmt.Errorf("logbus: publish batch to topic %q: entry %d: encode key: %w", t.Name(), i, err)
 		}
 		if k == nil {
 			k = []byte{} // keyed, even when the key encodes to nothing
 		}
 		v, err := t.values.Encode(e.Value)
 		if err != nil {
-			return nil, fmt.Errorf("logbus: publish batch to topic %q: entry %d: encode value: %w", t.Name(), i, err)
+			return core.Entry{}, fmt.Errorf("logbus: publish batch to topic %q: entry %d: encode value: %w", t.Name(), i, err)
 		}
-		*batch = append(*batch, core.Entry{Key: k, Value: v, Headers: e.Headers})
-	}
-	return t.publishBatch(ctx, *batch)
+		return core.Entry{Key: k, Value: v, Headers: e.Headers}, nil
+	})
 }
 
 // PublishValues is PublishBatch for keyless records, spread by the
 // partitioner as PublishValue's are.
 func (t *Topic[K, V]) PublishValues(ctx context.Context, values []V) ([]Position, error) {
-	batch := t.batchBuffer(len(values))
-	defer t.releaseBatch(batch)
-	for i, value := range values {
-		v, err := t.values.Encode(value)
+	return t.publishBatch(ctx, len(values), func(i int) (core.Entry, error) {
+		v, err := t.values.Encode(values[i])
 		if err != nil {
-			return nil, fmt.Errorf("logbus: publish batch to topic %q: entry %d: encode value: %w", t.Name(), i, err)
+			return core.Entry{}, fmt.Errorf("logbus: publish batch to topic %q: entry %d: encode value: %w", t.Name(), i, err)
 		}
-		*batch = append(*batch, core.Entry{Value: v})
-	}
-	return t.publishBatch(ctx, *batch)
+		return core.Entry{Value: v}, nil
+	})
 }
 
-// batchBuffer returns an empty slice of encoded entries with room for n,
-// from the topic's pool when it has one big enough: the engine copies what
-// it needs from the entries, so the next batch can reuse the slice. Give it
-// back with releaseBatch.
-func (t *Topic[K, V]) batchBuffer(n int) *[]core.Entry {
-	if b, ok := t.batches.Get().(*[]core.Entry); ok && cap(*b) >= n {
-		return b
-	}
-	b := make([]core.Entry, 0, n)
-	return &b
-}
-
-// maxPooledBatch bounds the entry slices the pool keeps, so that one huge
-// batch does not pin its buffer.
-const maxPooledBatch = 4096
-
-func (t *Topic[K, V]) releaseBatch(b *[]core.Entry) {
-	if cap(*b) > maxPooledBatch {
-		return
-	}
-	clear(*b) // the keys and values now belong to the log
-	*b = (*b)[:0]
-	t.batches.Put(b)
-}
-
-func (t *Topic[K, V]) publishBatch(ctx context.Context, batch []core.Entry) ([]Position, error) {
-	positions := make([]Position, len(batch))
-	n, err := t.eng.PublishBatch(ctx, batch, func(i int, pos core.Position) { positions[i] = Position(pos) })
-	return positions[:n], err
+// publishBatch hands the engine n entries, encoded by entry on demand.
+func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, entry func(i int) (core.Entry, error)) ([]Position, error) {
+	positions := make([]Position, n)
+	stored, err := t.eng.PublishBatch(ctx, n, entry, func(i int, pos core.Position) { positions[i] = Position(pos) })
+	return positions[:stored], err
 }
 
 // applyPublishOptions is apart from publish so that the config, which the

@@ -87,7 +87,7 @@ func BenchmarkPublishBatch(b *testing.B) {
 			b.ReportAllocs()
 			start := time.Now()
 			for b.Loop() {
-				if _, err := topic.PublishBatch(ctx, entries, nil); err != nil {
+				if _, err := topic.PublishBatch(ctx, batch, func(i int) (Entry, error) { return entries[i], nil }, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

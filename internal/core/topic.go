@@ -88,11 +88,15 @@ type Entry struct {
 	Headers map[string]string
 }
 
-// PublishBatch appends entries in order, each to the partition its key
+// PublishBatch appends n records in order, each to the partition its key
 // routes to, as Publish would one by one, and returns how many it appended:
-// all of them, or, with an error, the first n. landed, if not nil, is told
-// where each appended entry landed, by its index in entries. It takes
-// ownership of the keys and values, and copies the headers.
+// all of them, or, with an error, the first ones. entry(i) gives the i-th
+// record; PublishBatch takes ownership of its key and value, and copies its
+// headers. landed, if not nil, is told where each appended record landed.
+//
+// Every entry is taken, and routed, before anything is appended: an error
+// from entry (returned as it is) or a partitioner that chooses no valid
+// partition fails the batch with nothing appended.
 //
 // A batch costs much less than its records published one by one: the clock
 // is read once (every record of the batch has the same Created), and each
@@ -100,40 +104,43 @@ type Entry struct {
 // with one wake-up for its readers. Records of one partition keep their
 // batch order; another producer's records may land between two runs. Under
 // Block the call waits for room as often as needed, each record at most
-// BlockTimeout. A partitioner that chooses no valid partition for some
-// entry fails the batch before anything is appended.
-func (t *Topic) PublishBatch(ctx context.Context, entries []Entry, landed func(i int, pos Position)) (int, error) {
+// BlockTimeout.
+func (t *Topic) PublishBatch(ctx context.Context, n int, entry func(i int) (Entry, error), landed func(i int, pos Position)) (int, error) {
 	if err := t.publishable(ctx); err != nil {
 		return 0, err
 	}
 	now := t.broker.clock.Now()
-	buf := t.batchRecords(len(entries))
+	buf := t.batchRecords(n)
 	defer t.releaseBatchRecords(buf)
 	recs := *buf
-	for i, e := range entries {
+	for i := range recs {
+		e, err := entry(i)
+		if err != nil {
+			return 0, err
+		}
 		if err := t.prepare(&recs[i], e, now); err != nil {
 			return 0, fmt.Errorf("batch entry %d: %w", i, err)
 		}
 	}
-	n := 0
-	for n < len(recs) {
-		part := recs[n].log
-		run := n + 1
+	appended := 0
+	for appended < len(recs) {
+		part := recs[appended].log
+		run := appended + 1
 		for run < len(recs) && recs[run].log == part {
 			run++
 		}
-		stored, err := part.Append(ctx, recs[n:run]...)
+		stored, err := part.Append(ctx, recs[appended:run]...)
 		if landed != nil {
-			for i := n; i < n+stored; i++ {
+			for i := appended; i < appended+stored; i++ {
 				landed(i, Position{Partition: part.index, Offset: recs[i].Offset})
 			}
 		}
-		n += stored
+		appended += stored
 		if err != nil {
-			return n, err
+			return appended, err
 		}
 	}
-	return n, nil
+	return appended, nil
 }
 
 // batchRecords returns a slice of n records to prepare a batch in, from the
