@@ -40,7 +40,7 @@ func (f HandlerFunc[V]) Handle(ctx context.Context, msg Message[V]) error { retu
 // Message is one record as a consumer sees it. Key and Headers are the
 // consumer's own copies.
 type Message[V any] struct {
-	ID        string // unique per record; stable across redeliveries
+	ID        string // unique per record, the same for every group and every redelivery (see WithIDs)
 	Topic     string
 	Partition int
 	Offset    int64
