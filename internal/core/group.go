@@ -106,7 +106,12 @@ type groupPartition struct {
 	cursor *Cursor
 	owner  *member // guarded by Group.mu; nil when the group has no members
 	w      *worker // guarded by Group.lock; nil when no worker runs
-	state  atomic.Int32
+
+	// progress is the partition's DeliveryState (the low 8 bits) and the
+	// count of its acks (the rest), in one word so that an ack is one
+	// atomic store. Only the running worker writes it (see retryOffset), so
+	// a store of a value computed from its own last store loses nothing.
+	progress atomic.Uint64
 
 	// The attempts made on the record at retryOffset, kept across workers so
 	// that a redelivery after a rebalance continues the count. Only the
@@ -115,10 +120,17 @@ type groupPartition struct {
 	retryOffset int64
 	attempts    int
 
-	// delivered counts the acks, here rather than in the Group so that the
-	// workers of a group's partitions do not all write one cache line.
-	delivered atomic.Int64
-	_         cacheLinePad
+	_ cacheLinePad // progress is written per delivery: keep other partitions' off its line
+}
+
+// setState records where the current delivery stands; acked counts an ack
+// with it.
+func (gp *groupPartition) setState(s DeliveryState, acked bool) {
+	p := gp.progress.Load() &^ 0xff
+	if acked {
+		p += 1 << 8
+	}
+	gp.progress.Store(p | uint64(s))
 }
 
 func newGroup(b *Broker, t *Topic, name string, cfg GroupConfig) (*Group, error) {
@@ -397,7 +409,7 @@ func (g *Group) DeliveryState(partition int) DeliveryState {
 	if partition < 0 || partition >= len(g.parts) {
 		return Pending
 	}
-	return DeliveryState(g.parts[partition].state.Load())
+	return DeliveryState(g.parts[partition].progress.Load() & 0xff)
 }
 
 // Stats returns the group's counters.
@@ -405,7 +417,7 @@ func (g *Group) Stats() GroupStats {
 	_, evicted := g.dlq.snapshot()
 	var delivered int64
 	for _, gp := range g.parts {
-		delivered += gp.delivered.Load()
+		delivered += int64(gp.progress.Load() >> 8)
 	}
 	return GroupStats{
 		Delivered:          delivered,

@@ -145,13 +145,12 @@ func (w *worker) deliver(rec *Record) outcome {
 			return evicted
 		}
 		gp.retryOffset, gp.attempts = rec.Offset, attempt
-		gp.state.Store(int32(InFlight))
+		gp.setState(InFlight, false)
 		err := w.call(rec, attempt)
 		switch {
 		case err == nil:
 			gp.retryOffset, gp.attempts = -1, 0
-			gp.state.Store(int32(Acked))
-			gp.delivered.Add(1)
+			gp.setState(Acked, true)
 			return settled
 		case errors.Is(err, ErrNotDelivered):
 			gp.attempts = attempt - 1 // it never happened
@@ -168,12 +167,12 @@ func (w *worker) deliver(rec *Record) outcome {
 				FailedAt: g.broker.clock.Now(),
 			})
 			gp.retryOffset, gp.attempts = -1, 0
-			gp.state.Store(int32(DeadLettered))
+			gp.setState(DeadLettered, false)
 			g.deadLettered.Add(1)
 			return settled
 		}
 		g.retried.Add(1)
-		gp.state.Store(int32(RetryScheduled))
+		gp.setState(RetryScheduled, false)
 		t := time.NewTimer(g.retry.Delay(attempt))
 		select {
 		case <-t.C:
