@@ -304,6 +304,7 @@ func (p *Partition) recordLocked() *Record {
 // publishLocked makes the stored records visible and rings the bells of the
 // readers waiting for them.
 func (p *Partition) publishLocked() {
+	p.publishEarliestLocked()
 	p.end.Store(p.next)
 	for i, r := range p.readers {
 		select {
@@ -522,15 +523,25 @@ func (p *Partition) expireLocked(now time.Time) {
 		p.evictLocked()
 		p.stats.Expired++
 	}
+	p.publishEarliestLocked()
 }
 
 func (p *Partition) oldestLocked() *Record { return p.ring[p.base%int64(len(p.ring))].Load() }
 
+// evictLocked moves the start of the log past its oldest record and empties
+// its slot. Readers learn the new start from publishEarliestLocked.
 func (p *Partition) evictLocked() {
 	p.ring[p.base%int64(len(p.ring))].Store(nil)
 	p.size--
 	p.base++
-	p.earliest.Store(p.base)
+}
+
+// publishEarliestLocked tells the readers that take no lock where the log
+// starts now: once per append or trim rather than once per record.
+func (p *Partition) publishEarliestLocked() {
+	if p.earliest.Load() != p.base {
+		p.earliest.Store(p.base)
+	}
 }
 
 // now reads the clock only when age retention needs it, and before taking mu:
