@@ -38,7 +38,10 @@ type HandlerFunc[V any] func(ctx context.Context, msg Message[V]) error
 func (f HandlerFunc[V]) Handle(ctx context.Context, msg Message[V]) error { return f(ctx, msg) }
 
 // Message is one record as a consumer sees it. Key and Headers are the
-// consumer's own copies.
+// consumer's own copies: changing them changes nothing for anyone else. A
+// short Key shares one allocation with the keys of other messages of its
+// partition (as Message.ID shares one with other IDs), so keeping a Key
+// keeps up to 1 KiB alive; copy it to keep many.
 type Message[V any] struct {
 	ID        string // unique per record, the same for every group and every redelivery (see WithIDs)
 	Topic     string
@@ -51,13 +54,15 @@ type Message[V any] struct {
 	Attempt   int       // 1 on the first delivery to this group; counts up on redelivery
 }
 
-func newMessage[V any](rec *core.Record, value V, attempt int) Message[V] {
+// newMessage builds the Message of rec. keys, when not nil, is where its
+// key is copied to.
+func newMessage[V any](rec *core.Record, value V, attempt int, keys *keyArena) Message[V] {
 	return Message[V]{
 		ID:        rec.ID(),
 		Topic:     rec.Topic(),
 		Partition: rec.Partition(),
 		Offset:    rec.Offset,
-		Key:       bytes.Clone(rec.Key), // the record is shared by every group
+		Key:       keys.clone(rec.Key), // the record is shared by every group
 		Value:     value,
 		Headers:   maps.Clone(rec.Headers),
 		Created:   rec.Created,
@@ -117,12 +122,16 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 	}
 	var h core.Handler
 	if handle != nil {
+		// One arena per partition: a partition is served by one worker at a
+		// time, and a worker stops before the next one starts, so each
+		// arena has one user at a time.
+		keys := make([]keyArena, t.Partitions())
 		h = func(ctx context.Context, rec *core.Record, attempt int) error {
 			v, err := t.values.Decode(rec.Value)
 			if err != nil {
 				return &DecodeError{Topic: rec.Topic(), Partition: rec.Partition(), Offset: rec.Offset, Err: err}
 			}
-			return handle(ctx, newMessage(rec, v, attempt))
+			return handle(ctx, newMessage(rec, v, attempt, &keys[rec.Partition()]))
 		}
 	}
 	g, err := t.b.eng.Subscribe(t.Name(), group, consumer, h, onLeave, cfg)
@@ -223,7 +232,32 @@ func (g *Group[V]) DeadLetters() []DeadLetter[V] {
 	out := make([]DeadLetter[V], len(letters))
 	for i, l := range letters {
 		v, _ := g.values.Decode(l.Record.Value) // the zero V when it cannot be decoded, as documented
-		out[i] = DeadLetter[V]{Message: newMessage(l.Record, v, l.Attempts), Attempts: l.Attempts, Err: l.Err, FailedAt: l.FailedAt}
+		out[i] = DeadLetter[V]{Message: newMessage(l.Record, v, l.Attempts, nil), Attempts: l.Attempts, Err: l.Err, FailedAt: l.FailedAt}
 	}
 	return out
+}
+
+// keyArena copies delivered messages' keys, many short keys per
+// allocation: each copy is a slice of its own whose capacity ends where it
+// does, so writing to it or appending to it leaves the others alone. Not
+// safe for concurrent use.
+type keyArena struct {
+	free []byte
+	_    [40]byte // a cache line each: the arenas of a topic's partitions are used by different workers
+}
+
+const keyArenaSize = 1024
+
+// clone returns a copy of key (nil for nil). A nil arena allocates each
+// copy on its own.
+func (a *keyArena) clone(key []byte) []byte {
+	if a == nil || len(key) == 0 || len(key) > keyArenaSize/16 {
+		return bytes.Clone(key) // nil stays nil, empty stays empty and non-nil
+	}
+	if cap(a.free)-len(a.free) < len(key) {
+		a.free = make([]byte, 0, keyArenaSize)
+	}
+	start := len(a.free)
+	a.free = append(a.free, key...)
+	return a.free[start:len(a.free):len(a.free)]
 }

@@ -314,6 +314,41 @@ func TestHeadersAreCopiedOnPublish(t *testing.T) {
 	})
 }
 
+// Keys a handler keeps stay as they were delivered, however many keys are
+// delivered after them and whatever the handler does to them: appending to
+// one never writes into the next one's memory.
+func TestKeptKeysStayIntact(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		topic := mustTopic(t, b, "orders", codec.String(), codec.Int[int](), pubsub.WithPartitions(2))
+		var mu sync.Mutex
+		kept := map[int][]byte{}
+		mustSubscribe(t, topic, "g", "c", pubsub.HandlerFunc[int](func(_ context.Context, msg pubsub.Message[int]) error {
+			grown := append(msg.Key, "-and-more-bytes"...) // must not spill into a neighbour
+			grown[0] = '#'
+			mu.Lock()
+			defer mu.Unlock()
+			kept[msg.Value] = msg.Key
+			return nil
+		}))
+		const n = 500 // keys of 9–11 bytes: many per shared allocation
+		for i := range n {
+			mustPublish(t, topic, fmt.Sprintf("customer-%d", i), i)
+		}
+		drain(t, b)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(kept) != n {
+			t.Fatalf("kept %d keys, want %d", len(kept), n)
+		}
+		for i, key := range kept {
+			if want := fmt.Sprintf("customer-%d", i); string(key) != want {
+				t.Errorf("kept key of value %d reads %q, want %q", i, key, want)
+			}
+		}
+	})
+}
+
 // Key, Headers and Value are each consumer's own copies: what one group's
 // handler does to them is not seen by another group, nor by its own next
 // delivery of the record.
