@@ -237,8 +237,8 @@ type Entry[K, V any] struct {
 // those are not in the log, and can be published again). Records with
 // equal keys keep their batch order, as with Publish.
 //
-// A batch is much cheaper than as many Publish calls: the clock is read
-// once, so every record of the batch has the same Created, and each run of
+// A batch costs the producer less than as many Publish calls: the clock is
+// read once, so every record of the batch has the same Created, and each run of
 // consecutive records bound for one partition is appended under one lock,
 // waking the partition's readers once. Another producer's records may land
 // between two runs.
