@@ -104,12 +104,8 @@ func WithDeadLetterLimit(n int) SubscribeOption {
 // option; with ErrClosed once Close began. A failed Subscribe changes
 // nothing.
 func (t *Topic[K, V]) Subscribe(group, consumer string, h Handler[V], opts ...SubscribeOption) (*Group[V], error) {
-	f, isFunc := h.(HandlerFunc[V])
-	switch {
-	case h == nil || isFunc && f == nil:
+	if f, ok := h.(HandlerFunc[V]); h == nil || ok && f == nil {
 		return t.join(group, consumer, nil, nil, opts)
-	case isFunc:
-		return t.join(group, consumer, f, nil, opts) // one call less per delivery than f.Handle
 	}
 	return t.join(group, consumer, h.Handle, nil, opts)
 }

@@ -258,11 +258,8 @@ func (t *Topic[K, V]) PublishBatch(ctx context.Context, entries []Entry[K, V]) (
 		if k == nil {
 			k = []byte{} // keyed, even when the key encodes to nothing
 		}
-		v, err := t.values.Encode(e.Value)
-		if err != nil {
-			return core.Entry{}, fmt.Errorf("logbus: publish batch to topic %q: entry %d: encode value: %w", t.Name(), i, err)
-		}
-		return core.Entry{Key: k, Value: v, Headers: e.Headers}, nil
+		v, err := t.encodeEntryValue(i, e.Value)
+		return core.Entry{Key: k, Value: v, Headers: e.Headers}, err
 	})
 }
 
@@ -270,12 +267,18 @@ func (t *Topic[K, V]) PublishBatch(ctx context.Context, entries []Entry[K, V]) (
 // partitioner as PublishValue's are.
 func (t *Topic[K, V]) PublishValues(ctx context.Context, values []V) ([]Position, error) {
 	return t.publishBatch(ctx, len(values), func(i int) (core.Entry, error) {
-		v, err := t.values.Encode(values[i])
-		if err != nil {
-			return core.Entry{}, fmt.Errorf("logbus: publish batch to topic %q: entry %d: encode value: %w", t.Name(), i, err)
-		}
-		return core.Entry{Value: v}, nil
+		v, err := t.encodeEntryValue(i, values[i])
+		return core.Entry{Value: v}, err
 	})
+}
+
+// encodeEntryValue encodes the value of entry i of a batch.
+func (t *Topic[K, V]) encodeEntryValue(i int, value V) ([]byte, error) {
+	v, err := t.values.Encode(value)
+	if err != nil {
+		return nil, fmt.Errorf("logbus: publish batch to topic %q: entry %d: encode value: %w", t.Name(), i, err)
+	}
+	return v, nil
 }
 
 // publishBatch hands the engine n entries, encoded by entry on demand.

@@ -93,12 +93,6 @@ func NewBroker(cfg Config) (*Broker, error) {
 // State returns the broker's lifecycle stage.
 func (b *Broker) State() State { return State(b.state.Load()) }
 
-// Clock returns the broker's clock.
-func (b *Broker) Clock() Clock { return b.clock }
-
-// Offsets returns the broker's offset store.
-func (b *Broker) Offsets() *OffsetStore { return b.offsets }
-
 // CreateTopic registers a new topic.
 func (b *Broker) CreateTopic(name string, cfg TopicConfig) (*Topic, error) {
 	t, err := newTopic(b, name, cfg)

@@ -64,11 +64,3 @@ func (s *OffsetStore) Cursor(k OffsetKey) *Cursor {
 	}
 	return c
 }
-
-// Committed returns the next offset to read for k.
-func (s *OffsetStore) Committed(k OffsetKey) int64 { return s.Cursor(k).Committed() }
-
-// Commit is Cursor.Commit for k.
-func (s *OffsetStore) Commit(k OffsetKey, expected, next int64) bool {
-	return s.Cursor(k).Commit(expected, next)
-}

@@ -118,24 +118,24 @@ func TestRetentionResolve(t *testing.T) {
 func TestOffsetStoreCompareAndSet(t *testing.T) {
 	s := NewOffsetStore()
 	k := OffsetKey{Group: "billing", Topic: "orders", Partition: 0}
-	if got := s.Committed(k); got != 0 {
+	if got := s.Cursor(k).Committed(); got != 0 {
 		t.Fatalf("a new cursor reads %d, want 0", got)
 	}
-	if !s.Commit(k, 0, 1) {
+	if !s.Cursor(k).Commit(0, 1) {
 		t.Fatal("Commit(0→1) failed on a cursor at 0")
 	}
 	s.Cursor(k).Set(0) // a replay while offset 1 was in flight
-	if s.Commit(k, 1, 2) {
+	if s.Cursor(k).Commit(1, 2) {
 		t.Fatal("the late ack of offset 1 moved the cursor after a seek")
 	}
-	if got := s.Committed(k); got != 0 {
+	if got := s.Cursor(k).Committed(); got != 0 {
 		t.Fatalf("cursor at %d after the clobber attempt, want 0 (the seek)", got)
 	}
-	if s.Commit(k, 0, 0) || s.Commit(k, 0, -1) {
+	if s.Cursor(k).Commit(0, 0) || s.Cursor(k).Commit(0, -1) {
 		t.Fatal("Commit moved the cursor backwards or nowhere")
 	}
 	other := OffsetKey{Group: "audit", Topic: "orders", Partition: 0}
-	if !s.Commit(other, 0, 5) || s.Committed(k) != 0 {
+	if !s.Cursor(other).Commit(0, 5) || s.Cursor(k).Committed() != 0 {
 		t.Fatal("groups do not have independent cursors")
 	}
 }
