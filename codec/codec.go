@@ -49,6 +49,24 @@ type Codec[T any] interface {
 	Decode(data []byte) (T, error)
 }
 
+// An Appender is a Codec that can also encode into a buffer the caller
+// already has. A topic whose codecs are Appenders encodes each record into
+// the buffers of a record it freed earlier (one every group had committed
+// past), so a steady stream of small records allocates nothing for their
+// bytes. That reuse is safe only because of Decode's rule above: no decoded
+// value may share memory with the record it came from.
+//
+// AppendEncode appends the encoding of v to dst and returns the extended
+// slice, with the same bytes Encode would return; where Encode returns nil,
+// it may return nil too, dropping dst (Bytes does, to keep a nil value apart
+// from an empty one). Bytes, String and Int are
+// Appenders; JSON, Gob and Func are not (they allocate their encoding
+// anyway, so there is nothing to save).
+type Appender[T any] interface {
+	Codec[T]
+	AppendEncode(dst []byte, v T) ([]byte, error)
+}
+
 // ErrEncode is wrapped by every error returned from Encode by the codecs in
 // this package, so callers can tell encoding failures from other errors.
 // Match it with errors.Is, not ==: the returned errors add context to it.

@@ -43,6 +43,10 @@ func testCodec[T any](t *testing.T, c codec.Codec[T], gen *rapid.Generator[T], e
 			rt.Fatalf("Decode modified its input: % x, want % x", a, want)
 		}
 
+		if app, ok := c.(codec.Appender[T]); ok {
+			checkAppend(rt, app, x, want)
+		}
+
 		b, err := c.Encode(x)
 		if err != nil {
 			rt.Fatalf("second Encode(%#v): %v", x, err)
@@ -73,6 +77,28 @@ func testCodec[T any](t *testing.T, c codec.Codec[T], gen *rapid.Generator[T], e
 		}
 	})
 	testConcurrent(t, c, gen.Example(), eq)
+}
+
+// checkAppend checks that AppendEncode appends exactly Encode's bytes
+// (want) after whatever dst holds, leaves dst's bytes alone, and fills the
+// spare capacity it is given rather than allocating.
+func checkAppend[T any](rt *rapid.T, app codec.Appender[T], x T, want []byte) {
+	prefix := rapid.SliceOf(rapid.Byte()).Draw(rt, "prefix")
+	dst := make([]byte, len(prefix), len(prefix)+len(want)+rapid.IntRange(0, 8).Draw(rt, "spare"))
+	copy(dst, prefix)
+	got, err := app.AppendEncode(dst, x)
+	if err != nil {
+		rt.Fatalf("AppendEncode(%#v): %v", x, err)
+	}
+	if got == nil && want == nil {
+		return // a nil encoding, kept nil (Bytes)
+	}
+	if !bytes.Equal(got, append(bytes.Clone(prefix), want...)) {
+		rt.Fatalf("AppendEncode(% x, %#v) = % x, want the prefix then % x", prefix, x, got, want)
+	}
+	if len(got) > 0 && &got[0] != &dst[:1][0] {
+		rt.Fatalf("AppendEncode allocated although dst had room for % x", want)
+	}
 }
 
 // testConcurrent encodes and decodes v from several goroutines at once, so

@@ -20,7 +20,8 @@ import (
 // len(data) equals the width: a record of the wrong length was not written by
 // this codec, and silently padding or truncating it would invent a value.
 //
-// The returned Codec is stateless and safe for concurrent use.
+// The returned Codec is stateless, safe for concurrent use, and an
+// [Appender].
 func Int[T constraints.Integer]() Codec[T] {
 	t := reflect.TypeFor[T]()
 	return intCodec[T]{width: int(t.Size()), name: t.String()}
@@ -32,15 +33,17 @@ type intCodec[T constraints.Integer] struct {
 }
 
 func (c intCodec[T]) Encode(v T) ([]byte, error) {
-	b := make([]byte, c.width)
+	return c.AppendEncode(make([]byte, 0, c.width), v)
+}
+
+func (c intCodec[T]) AppendEncode(dst []byte, v T) ([]byte, error) {
 	// Converting to uint64 sign-extends signed values; keeping the low width
 	// bytes then yields their two's complement form.
 	u := uint64(v)
 	for i := c.width - 1; i >= 0; i-- {
-		b[i] = byte(u)
-		u >>= 8
+		dst = append(dst, byte(u>>(8*i)))
 	}
-	return b, nil
+	return dst, nil
 }
 
 func (c intCodec[T]) Decode(data []byte) (T, error) {

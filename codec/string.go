@@ -9,7 +9,8 @@ package codec
 // rejecting some would make the codec lossy. As a result every string
 // round-trips exactly, every byte slice decodes, and neither method fails.
 //
-// The returned Codec is stateless and safe for concurrent use.
+// The returned Codec is stateless, safe for concurrent use, and an
+// [Appender].
 func String() Codec[string] {
 	return stringCodec{}
 }
@@ -19,3 +20,5 @@ type stringCodec struct{}
 func (stringCodec) Encode(v string) ([]byte, error) { return []byte(v), nil }
 
 func (stringCodec) Decode(data []byte) (string, error) { return string(data), nil }
+
+func (stringCodec) AppendEncode(dst []byte, v string) ([]byte, error) { return append(dst, v...), nil }

@@ -16,10 +16,12 @@ import (
 // API by implementing them. Keep this list short: add to it only what cannot
 // be built from what is here.
 //
-// Config and result types (core.Entry, core.TopicConfig, core.GroupConfig,
+// Config and result types (core.TopicConfig, core.GroupConfig,
 // core.GroupStats, core.DeadLetter, core.PartitionStats) are plain data and
-// cross the boundary by value; a core.Record is read through its exported
-// fields and its Topic, Partition and ID methods. The sentinel errors, PanicError,
+// cross the boundary by value. A core.Record is read through its exported
+// fields and its Topic, Partition and ID methods; the facade writes only a
+// record NewRecord gave it, and only its Key, Value and Headers, before
+// handing it to PublishRecord or PublishBatch. The sentinel errors, PanicError,
 // ShutdownError and the partitioners are the engine's own values,
 // re-exported (errors.go, topic.go): a second engine must return and accept
 // the same ones. The only engine-specific signal a handler sends back is
@@ -36,8 +38,9 @@ type (
 	engineTopic interface {
 		Name() string
 		Partitions() int
-		Publish(ctx context.Context, key, value []byte, headers map[string]string) (core.Position, error)
-		PublishBatch(ctx context.Context, n int, entry func(i int) (core.Entry, error), landed func(i int, pos core.Position)) (int, error)
+		NewRecord() *core.Record
+		PublishRecord(ctx context.Context, rec *core.Record) (core.Position, error)
+		PublishBatch(ctx context.Context, n int, fill func(i int, rec *core.Record) error, landed func(i int, pos core.Position)) (int, error)
 		Stats() []core.PartitionStats
 	}
 	engineGroup interface {

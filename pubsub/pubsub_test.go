@@ -349,6 +349,61 @@ func TestKeptKeysStayIntact(t *testing.T) {
 	})
 }
 
+// A new record is encoded into the buffers of one the topic reclaimed
+// (codec.Appender), so what outlives a record must not share its bytes: a
+// dead letter, a value or key a handler kept.
+func TestWhatOutlivesARecordKeepsItsBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		topic := mustTopic(t, b, "orders", codec.String(), codec.Bytes(),
+			pubsub.WithRetention(pubsub.Retention{MaxMessages: 2}))
+		g := mustSubscribe(t, topic, "g", "c", pubsub.HandlerFunc[[]byte](func(_ context.Context, msg pubsub.Message[[]byte]) error {
+			if string(msg.Value) == "poison-000" {
+				return pubsub.ErrPermanent
+			}
+			return nil
+		}))
+		var mu sync.Mutex
+		var keys, values [][]byte // as delivered, read again at the end
+		mustSubscribe(t, topic, "keeper", "c", pubsub.HandlerFunc[[]byte](func(_ context.Context, msg pubsub.Message[[]byte]) error {
+			mu.Lock()
+			defer mu.Unlock()
+			keys, values = append(keys, msg.Key), append(values, msg.Value)
+			return nil
+		}))
+		const n = 100 // equal lengths, so every record fits the buffers it reuses
+		mustPublish(t, topic, "key-000", []byte("poison-000"))
+		for i := 1; i <= n; i++ {
+			mustPublish(t, topic, fmt.Sprintf("key-%03d", i), fmt.Appendf(nil, "value-%03d", i))
+		}
+		drain(t, b)
+		if got := topic.Stats().Reclaimed; got < n-1 {
+			t.Fatalf("reclaimed %d records, want at least %d: the test needs reuse", got, n-1)
+		}
+		letters := g.DeadLetters()
+		if len(letters) != 1 {
+			t.Fatalf("got %d dead letters, want 1", len(letters))
+		}
+		if got := letters[0].Message; string(got.Key) != "key-000" || string(got.Value) != "poison-000" {
+			t.Errorf("dead letter reads key %q value %q, want \"key-000\" \"poison-000\"", got.Key, got.Value)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(keys) != n+1 {
+			t.Fatalf("keeper kept %d records, want %d", len(keys), n+1)
+		}
+		for i := range keys {
+			wantKey, wantValue := fmt.Sprintf("key-%03d", i), fmt.Sprintf("value-%03d", i)
+			if i == 0 {
+				wantValue = "poison-000"
+			}
+			if string(keys[i]) != wantKey || string(values[i]) != wantValue {
+				t.Errorf("record %d reads key %q value %q now, want %q %q", i, keys[i], values[i], wantKey, wantValue)
+			}
+		}
+	})
+}
+
 // Key, Headers and Value are each consumer's own copies: what one group's
 // handler does to them is not seen by another group, nor by its own next
 // delivery of the record.

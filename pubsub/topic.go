@@ -22,6 +22,11 @@ type Topic[K, V any] struct {
 	keys   codec.Codec[K]
 	values codec.Codec[V]
 
+	// The codecs again when they can append: then records are encoded into
+	// the buffers of records the engine reclaimed. See encodeKey.
+	keyAppender   codec.Appender[K]
+	valueAppender codec.Appender[V]
+
 	mu     sync.Mutex           // guards groups
 	groups map[string]*Group[V] // the typed handle of each group, so Subscribe returns the same one
 }
@@ -71,7 +76,9 @@ func (f FullPolicy) String() string { return core.FullPolicy(f).String() }
 // partition with no group subscribed frees nothing, so the first group reads
 // the whole backlog; a group created later starts at the oldest record still
 // retained. Memory is about MaxMessages × partitions × (record size
-// + ~150 bytes of bookkeeping).
+// + ~150 bytes of bookkeeping). With codecs that can append (codec.Appender:
+// Bytes, String, Int) a new record reuses the buffers of a freed one, so
+// there the record size is that of the largest record up to 1 KiB.
 type Retention struct {
 	// MaxMessages is the bounded buffer of each partition. Default 1024;
 	// negative is ErrInvalid.
@@ -153,7 +160,10 @@ func NewTopic[K, V any](b *Broker, name string, keys codec.Codec[K], values code
 	if err != nil {
 		return nil, err
 	}
-	return &Topic[K, V]{b: b, eng: t, keys: keys, values: values, groups: make(map[string]*Group[V])}, nil
+	topic := &Topic[K, V]{b: b, eng: t, keys: keys, values: values, groups: make(map[string]*Group[V])}
+	topic.keyAppender, _ = keys.(codec.Appender[K])
+	topic.valueAppender, _ = values.(codec.Appender[V])
+	return topic, nil
 }
 
 // Name returns the topic's name.
@@ -194,34 +204,65 @@ func WithHeaders(h map[string]string) PublishOption { return headersOption(h) }
 // began it fails with ErrClosed. A failed Publish appends nothing, and the
 // next record takes the offset.
 func (t *Topic[K, V]) Publish(ctx context.Context, key K, value V, opts ...PublishOption) (Position, error) {
-	k, err := t.keys.Encode(key)
-	if err != nil {
-		return Position{}, fmt.Errorf("logbus: publish to topic %q: encode key: %w", t.Name(), err)
+	rec := t.eng.NewRecord()
+	if err := t.encodeKey(rec, key); err != nil {
+		return Position{}, fmt.Errorf("logbus: publish to topic %q: %w", t.Name(), err)
 	}
-	if k == nil {
-		k = []byte{} // keyed, even when the key encodes to nothing
-	}
-	return t.publish(ctx, k, value, opts)
+	return t.publish(ctx, rec, value, opts)
 }
 
 // PublishValue is Publish for a keyless record: the partitioner spreads such
 // records (round robin by default), so they have no order relative to each
 // other across partitions. Message.Key is nil on delivery.
 func (t *Topic[K, V]) PublishValue(ctx context.Context, value V, opts ...PublishOption) (Position, error) {
-	return t.publish(ctx, nil, value, opts)
+	rec := t.eng.NewRecord()
+	rec.Key = nil // keyless
+	return t.publish(ctx, rec, value, opts)
 }
 
-func (t *Topic[K, V]) publish(ctx context.Context, key []byte, value V, opts []PublishOption) (Position, error) {
-	v, err := t.values.Encode(value)
-	if err != nil {
-		return Position{}, fmt.Errorf("logbus: publish to topic %q: encode value: %w", t.Name(), err)
+// publish encodes value into rec, whose key is set, and publishes it.
+func (t *Topic[K, V]) publish(ctx context.Context, rec *core.Record, value V, opts []PublishOption) (Position, error) {
+	if err := t.encodeValue(rec, value); err != nil {
+		return Position{}, fmt.Errorf("logbus: publish to topic %q: %w", t.Name(), err)
 	}
-	var headers map[string]string
 	if len(opts) > 0 {
-		headers = applyPublishOptions(opts).headers
+		rec.Headers = applyPublishOptions(opts).headers
 	}
-	pos, err := t.eng.Publish(ctx, key, v, headers)
+	pos, err := t.eng.PublishRecord(ctx, rec)
 	return Position(pos), err
+}
+
+// encodeKey puts the encoding of key in rec, a record from the engine's
+// NewRecord: appended to the buffer rec brings along when the key codec can
+// append, so that publishing does not allocate it.
+func (t *Topic[K, V]) encodeKey(rec *core.Record, key K) error {
+	var err error
+	if t.keyAppender != nil {
+		rec.Key, err = t.keyAppender.AppendEncode(rec.Key[:0], key)
+	} else {
+		rec.Key, err = t.keys.Encode(key)
+	}
+	if err != nil {
+		return fmt.Errorf("encode key: %w", err)
+	}
+	if rec.Key == nil {
+		rec.Key = []byte{} // keyed, even when the key encodes to nothing
+	}
+	return nil
+}
+
+// encodeValue is encodeKey for the value.
+func (t *Topic[K, V]) encodeValue(rec *core.Record, value V) error {
+	var err error
+	if t.valueAppender != nil {
+		rec.Value, err = t.valueAppender.AppendEncode(rec.Value[:0], value)
+	} else {
+		rec.Value, err = t.values.Encode(value)
+	}
+	if err != nil {
+		return fmt.Errorf("encode value: %w", err)
+	}
+	return nil
 }
 
 // Entry is one record of a batch for PublishBatch.
@@ -249,42 +290,36 @@ type Entry[K, V any] struct {
 // BlockTimeout and never past ctx. After Close began it fails with
 // ErrClosed.
 func (t *Topic[K, V]) PublishBatch(ctx context.Context, entries []Entry[K, V]) ([]Position, error) {
-	return t.publishBatch(ctx, len(entries), func(i int) (core.Entry, error) {
+	return t.publishBatch(ctx, len(entries), func(i int, rec *core.Record) error {
 		e := entries[i]
-		k, err := t.keys.Encode(e.Key)
-		if err != nil {
-			return core.Entry{}, fmt.Errorf("logbus: publish batch to topic %q: entry %d: encode key: %w", t.Name(), i, err)
+		err := t.encodeKey(rec, e.Key)
+		if err == nil {
+			err = t.encodeValue(rec, e.Value)
 		}
-		if k == nil {
-			k = []byte{} // keyed, even when the key encodes to nothing
-		}
-		v, err := t.encodeEntryValue(i, e.Value)
-		return core.Entry{Key: k, Value: v, Headers: e.Headers}, err
+		rec.Headers = e.Headers
+		return err
 	})
 }
 
 // PublishValues is PublishBatch for keyless records, spread by the
 // partitioner as PublishValue's are.
 func (t *Topic[K, V]) PublishValues(ctx context.Context, values []V) ([]Position, error) {
-	return t.publishBatch(ctx, len(values), func(i int) (core.Entry, error) {
-		v, err := t.encodeEntryValue(i, values[i])
-		return core.Entry{Value: v}, err
+	return t.publishBatch(ctx, len(values), func(i int, rec *core.Record) error {
+		rec.Key = nil // keyless
+		return t.encodeValue(rec, values[i])
 	})
 }
 
-// encodeEntryValue encodes the value of entry i of a batch.
-func (t *Topic[K, V]) encodeEntryValue(i int, value V) ([]byte, error) {
-	v, err := t.values.Encode(value)
-	if err != nil {
-		return nil, fmt.Errorf("logbus: publish batch to topic %q: entry %d: encode value: %w", t.Name(), i, err)
-	}
-	return v, nil
-}
-
-// publishBatch hands the engine n entries, encoded by entry on demand.
-func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, entry func(i int) (core.Entry, error)) ([]Position, error) {
+// publishBatch hands the engine n records, which encode(i, rec) fills with
+// entry i.
+func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int, rec *core.Record) error) ([]Position, error) {
 	positions := make([]Position, n)
-	stored, err := t.eng.PublishBatch(ctx, n, entry, func(i int, pos core.Position) { positions[i] = Position(pos) })
+	stored, err := t.eng.PublishBatch(ctx, n, func(i int, rec *core.Record) error {
+		if err := encode(i, rec); err != nil {
+			return fmt.Errorf("logbus: publish batch to topic %q: entry %d: %w", t.Name(), i, err)
+		}
+		return nil
+	}, func(i int, pos core.Position) { positions[i] = Position(pos) })
 	return positions[:stored], err
 }
 

@@ -100,6 +100,7 @@ type Partition struct {
 	ret   Retention
 	clock Clock
 	ids   *recordIDs // names the records when the broker has no IDSource
+	free  *sync.Pool // the topic's records for reuse: reclaimLocked puts, Topic.NewRecord gets
 
 	// trimsUnread is whether retention can trim a record a group has not
 	// committed: DropOldest or MaxAge. Without either, records leave only by
@@ -135,7 +136,6 @@ type Partition struct {
 	lowWater   int64          // a low-water mark the cursors were at or past; see reclaimLocked
 	sealed     bool           // Close began: appends fail with ErrClosed
 	readers    []reader       // readers waiting for the next append; see Read
-	spare      *Record        // a reclaimed record for the next append to reuse; see reclaimLocked
 	room       chan struct{}  // made by a producer that waits for room, closed when room may have appeared or on seal
 	stats      PartitionStats // Reclaimed, Dropped, Expired, Blocked, TimedOut
 }
@@ -152,12 +152,13 @@ type reader struct {
 	bell   chan struct{}
 }
 
-func newPartition(topic string, index int, ret Retention, clock Clock) *Partition {
+func newPartition(topic string, index int, ret Retention, clock Clock, free *sync.Pool) *Partition {
 	return &Partition{
 		topic:       topic,
 		index:       index,
 		ret:         ret,
 		clock:       clock,
+		free:        free,
 		trimsUnread: ret.OnFull == DropOldest || ret.MaxAge > 0,
 		ring:        make([]atomic.Pointer[Record], ret.MaxMessages),
 	}
@@ -172,11 +173,12 @@ func (p *Partition) End() int64 { return p.end.Load() }
 // Earliest is the offset of the oldest retained record.
 func (p *Partition) Earliest() int64 { return p.earliest.Load() }
 
-// Append stores copies of recs at the end of the log, in order, setting the
-// Offset fields of recs too, and wakes the readers waiting for them. It
-// returns how many it stored: all of them, or, on error, the first n (the
-// others are not in the log). The copies reuse the records that reclaiming
-// frees, so a partition whose groups keep up allocates none.
+// Append stores recs at the end of the log, in order, and wakes the readers
+// waiting for them. It returns how many it stored: all of them, or, on
+// error, the first n (the others are not in the log). The offset of recs[i]
+// goes to offsets[i], which must be as long as recs: once stored, a record
+// may be read, committed and reclaimed for reuse before Append returns, so
+// the caller must not read it back.
 //
 // When the log is full it reclaims, drops or blocks as the retention says.
 // A blocked Append waits until room appears, the partition is sealed
@@ -185,9 +187,9 @@ func (p *Partition) Earliest() int64 { return p.earliest.Load() }
 // BlockTimeout, as if appended alone. Records stored before a wait are
 // visible to readers at once.
 //
-// The keys, values and headers of recs must not be touched by the caller
-// afterwards; recs themselves may be.
-func (p *Partition) Append(ctx context.Context, recs ...Record) (int, error) {
+// The records stored, and their keys, values and headers, belong to the log:
+// the caller must not touch them afterwards.
+func (p *Partition) Append(ctx context.Context, recs []*Record, offsets []int64) (int, error) {
 	var (
 		n        int         // records stored
 		timer    *time.Timer // started by a wait, shared by the later ones until a record is stored
@@ -209,7 +211,7 @@ func (p *Partition) Append(ctx context.Context, recs ...Record) (int, error) {
 		p.expireLocked(now)
 		stored := n
 		for n < len(recs) && p.roomLocked() {
-			p.storeLocked(&recs[n])
+			offsets[n] = p.storeLocked(recs[n])
 			n++
 		}
 		if n > stored {
@@ -281,24 +283,15 @@ func (p *Partition) roomLocked() bool {
 	return false
 }
 
-// storeLocked puts a copy of rec at the end of the log, and sets rec's
-// Offset. Readers see it once publishLocked moves the end past it.
-func (p *Partition) storeLocked(rec *Record) {
-	rec.Offset = p.next
-	stored := p.recordLocked()
-	*stored = *rec
-	p.ring[p.next%int64(len(p.ring))].Store(stored)
+// storeLocked puts rec at the end of the log and returns its offset.
+// Readers see it once publishLocked moves the end past it.
+func (p *Partition) storeLocked(rec *Record) int64 {
+	offset := p.next
+	rec.Offset = offset
+	p.ring[offset%int64(len(p.ring))].Store(rec)
 	p.size++
 	p.next++
-}
-
-// recordLocked returns the spare reclaimed record, or a new one.
-func (p *Partition) recordLocked() *Record {
-	if rec := p.spare; rec != nil {
-		p.spare = nil
-		return rec
-	}
-	return new(Record)
+	return offset
 }
 
 // publishLocked makes the stored records visible and rings the bells of the
@@ -486,13 +479,14 @@ func (p *Partition) Stats() PartitionStats {
 // append, and does not pull the cursors' cache lines from the workers that
 // write them.
 //
-// The reclaimed record is kept as the spare for the append that needed the
-// room, so a partition whose groups keep up allocates no records. That is
-// safe because nothing refers to it any more: every group's cursor is past
-// it, a worker reads only at or after its cursor and lets go of a record
-// before it commits it, and a dead letter keeps a copy. Records that leave
-// by drop or expiry may still be in a worker's hands, so they are left to
-// the garbage collector.
+// The reclaimed record goes back to the topic for a new record to reuse,
+// with its key and value buffers (see Topic.NewRecord), so a topic whose
+// groups keep up allocates no records. That is safe because nothing in the
+// log refers to it any more: every group's cursor is past it, a worker reads
+// only at or after its cursor and lets go of a record before it commits it,
+// and a dead letter keeps a copy of the record and its bytes. Records that
+// leave by drop or expiry may still be in a worker's hands, so they are
+// left to the garbage collector.
 func (p *Partition) reclaimLocked() {
 	if len(p.cursors) == 0 || p.size == 0 {
 		return // no group yet: keep the backlog for the first one
@@ -509,8 +503,22 @@ func (p *Partition) reclaimLocked() {
 	rec := p.oldestLocked()
 	p.evictLocked()
 	p.stats.Reclaimed++
-	*rec = Record{} // let go of its key, value and headers now
-	p.spare = rec
+	*rec = Record{Key: reusable(rec.Key), Value: reusable(rec.Value)}
+	p.free.Put(rec)
+}
+
+// maxReusedBuffer bounds the key and value buffers a reclaimed record
+// keeps for reuse, so one large record does not make every later record
+// that reuses its buffer hold as much.
+const maxReusedBuffer = 1024
+
+// reusable returns b emptied, to be appended to by a later record, or nil
+// when b is too large to keep.
+func reusable(b []byte) []byte {
+	if cap(b) > maxReusedBuffer {
+		return nil
+	}
+	return b[:0]
 }
 
 // expireLocked trims the records older than MaxAge.

@@ -22,7 +22,8 @@ type Topic struct {
 	broker      *Broker
 	parts       []*Partition
 	partitioner Partitioner
-	batches     sync.Pool // of *[]Record: see batchRecords
+	free        sync.Pool // of *Record: reclaimed records, for NewRecord to reuse
+	batches     sync.Pool // of *batch: see newBatch
 }
 
 func newTopic(b *Broker, name string, cfg TopicConfig) (*Topic, error) {
@@ -45,7 +46,7 @@ func newTopic(b *Broker, name string, cfg TopicConfig) (*Topic, error) {
 	t := &Topic{name: name, broker: b, partitioner: cfg.Partitioner}
 	seq := int(b.topicSeq.Add(1))
 	for i := range cfg.Partitions {
-		part := newPartition(name, i, ret, b.clock)
+		part := newPartition(name, i, ret, b.clock, &t.free)
 		if b.ids == nil {
 			part.ids = newRecordIDs(b.idPrefix, seq, i)
 		}
@@ -60,42 +61,60 @@ func (t *Topic) Name() string { return t.name }
 // Partitions returns the number of partitions.
 func (t *Topic) Partitions() int { return len(t.parts) }
 
+// NewRecord returns an empty record for the caller to fill (Key, Value and
+// Headers) and give to PublishRecord. It may be a record the topic
+// reclaimed: then its Key and Value are empty slices over that record's
+// buffers (at most maxReusedBuffer bytes each), which the caller may append
+// to instead of allocating. Whoever does must be sure that nothing made from
+// the earlier record still refers to those bytes: appending is safe only
+// for a topic whose readers copy what they take from a record.
+func (t *Topic) NewRecord() *Record {
+	if rec, ok := t.free.Get().(*Record); ok {
+		return rec
+	}
+	return new(Record)
+}
+
 // Publish appends a record to the partition its key routes to and returns
-// where it landed. It takes ownership of key and value: the caller must not
-// modify them afterwards. headers are copied.
+// where it landed: PublishRecord of a new record holding key, value and
+// headers.
+func (t *Topic) Publish(ctx context.Context, key, value []byte, headers map[string]string) (Position, error) {
+	rec := t.NewRecord()
+	rec.Key, rec.Value, rec.Headers = key, value, headers
+	return t.PublishRecord(ctx, rec)
+}
+
+// PublishRecord appends rec, filled by the caller, to the partition its key
+// routes to and returns where it landed. It takes ownership of rec and of
+// its key and value: the caller must not touch them afterwards. Its headers
+// are copied.
 //
 // It blocks only when the partition is full under Block (see
 // Partition.Append). A done ctx fails the publish before anything is stored.
-func (t *Topic) Publish(ctx context.Context, key, value []byte, headers map[string]string) (Position, error) {
+func (t *Topic) PublishRecord(ctx context.Context, rec *Record) (Position, error) {
 	if err := t.publishable(ctx); err != nil {
 		return Position{}, err
 	}
-	var rec [1]Record // Append copies it into the log and sets its Offset
-	if err := t.prepare(&rec[0], Entry{Key: key, Value: value, Headers: headers}, t.broker.clock.Now()); err != nil {
+	if err := t.prepare(rec, t.broker.clock.Now()); err != nil {
 		return Position{}, err
 	}
-	part := rec[0].log
-	if _, err := part.Append(ctx, rec[:]...); err != nil {
+	part := rec.log
+	var offset [1]int64
+	if _, err := part.Append(ctx, []*Record{rec}, offset[:]); err != nil {
 		return Position{}, err
 	}
-	return Position{Partition: part.index, Offset: rec[0].Offset}, nil
-}
-
-// Entry is one record of a batch given to PublishBatch.
-type Entry struct {
-	Key     []byte // nil for a keyless record
-	Value   []byte
-	Headers map[string]string
+	return Position{Partition: part.index, Offset: offset[0]}, nil
 }
 
 // PublishBatch appends n records in order, each to the partition its key
-// routes to, as Publish would one by one, and returns how many it appended:
-// all of them, or, with an error, the first ones. entry(i) gives the i-th
-// record; PublishBatch takes ownership of its key and value, and copies its
-// headers. landed, if not nil, is told where each appended record landed.
+// routes to, as PublishRecord would one by one, and returns how many it
+// appended: all of them, or, with an error, the first ones. fill(i, rec)
+// fills the i-th record, a NewRecord; PublishBatch takes ownership of its
+// key and value, and copies its headers. landed, if not nil, is told where
+// each appended record landed.
 //
-// Every entry is taken, and routed, before anything is appended: an error
-// from entry (returned as it is) or a partitioner that chooses no valid
+// Every record is filled, and routed, before anything is appended: an error
+// from fill (returned as it is) or a partitioner that chooses no valid
 // partition fails the batch with nothing appended.
 //
 // A batch costs much less than its records published one by one: the clock
@@ -105,20 +124,20 @@ type Entry struct {
 // batch order; another producer's records may land between two runs. Under
 // Block the call waits for room as often as needed, each record at most
 // BlockTimeout.
-func (t *Topic) PublishBatch(ctx context.Context, n int, entry func(i int) (Entry, error), landed func(i int, pos Position)) (int, error) {
+func (t *Topic) PublishBatch(ctx context.Context, n int, fill func(i int, rec *Record) error, landed func(i int, pos Position)) (int, error) {
 	if err := t.publishable(ctx); err != nil {
 		return 0, err
 	}
 	now := t.broker.clock.Now()
-	buf := t.batchRecords(n)
-	defer t.releaseBatchRecords(buf)
-	recs := *buf
+	batch := t.newBatch(n)
+	defer t.releaseBatch(batch)
+	recs, offsets := batch.recs, batch.offsets
 	for i := range recs {
-		e, err := entry(i)
-		if err != nil {
+		recs[i] = t.NewRecord()
+		if err := fill(i, recs[i]); err != nil {
 			return 0, err
 		}
-		if err := t.prepare(&recs[i], e, now); err != nil {
+		if err := t.prepare(recs[i], now); err != nil {
 			return 0, fmt.Errorf("batch entry %d: %w", i, err)
 		}
 	}
@@ -129,10 +148,10 @@ func (t *Topic) PublishBatch(ctx context.Context, n int, entry func(i int) (Entr
 		for run < len(recs) && recs[run].log == part {
 			run++
 		}
-		stored, err := part.Append(ctx, recs[appended:run]...)
+		stored, err := part.Append(ctx, recs[appended:run], offsets[appended:run])
 		if landed != nil {
 			for i := appended; i < appended+stored; i++ {
-				landed(i, Position{Partition: part.index, Offset: recs[i].Offset})
+				landed(i, Position{Partition: part.index, Offset: offsets[i]})
 			}
 		}
 		appended += stored
@@ -143,28 +162,32 @@ func (t *Topic) PublishBatch(ctx context.Context, n int, entry func(i int) (Entr
 	return appended, nil
 }
 
-// batchRecords returns a slice of n records to prepare a batch in, from the
-// topic's pool when it has one big enough: Append copies the records into
-// the log, so the next batch can reuse the slice. Give it back with
-// releaseBatchRecords.
-func (t *Topic) batchRecords(n int) *[]Record {
-	if b, ok := t.batches.Get().(*[]Record); ok && cap(*b) >= n {
-		*b = (*b)[:n]
+// batch holds the records of a PublishBatch call and their offsets.
+type batch struct {
+	recs    []*Record
+	offsets []int64
+}
+
+// newBatch returns a batch of n, from the topic's pool when it has one big
+// enough: the log keeps the records, not the slices, so the next batch can
+// reuse them. Give it back with releaseBatch.
+func (t *Topic) newBatch(n int) *batch {
+	if b, ok := t.batches.Get().(*batch); ok && cap(b.recs) >= n {
+		b.recs, b.offsets = b.recs[:n], b.offsets[:n]
 		return b
 	}
-	b := make([]Record, n)
-	return &b
+	return &batch{recs: make([]*Record, n), offsets: make([]int64, n)}
 }
 
 // maxPooledBatch bounds the slices the pool keeps, so that one huge batch
 // does not pin its buffer.
 const maxPooledBatch = 4096
 
-func (t *Topic) releaseBatchRecords(b *[]Record) {
-	if cap(*b) > maxPooledBatch {
+func (t *Topic) releaseBatch(b *batch) {
+	if cap(b.recs) > maxPooledBatch {
 		return
 	}
-	clear(*b) // the keys and values now belong to the log
+	clear(b.recs) // the records now belong to the log
 	t.batches.Put(b)
 }
 
@@ -180,19 +203,16 @@ func (t *Topic) publishable(ctx context.Context) error {
 	return nil
 }
 
-// prepare fills rec from e: routes it, stamps it and names it.
-func (t *Topic) prepare(rec *Record, e Entry, now time.Time) error {
-	p := t.partitioner.Partition(e.Key, len(t.parts))
+// prepare routes rec, stamps it and names it, and copies its headers.
+func (t *Topic) prepare(rec *Record, now time.Time) error {
+	p := t.partitioner.Partition(rec.Key, len(t.parts))
 	if p < 0 || p >= len(t.parts) {
 		return fmt.Errorf("%w: topic %q: partitioner chose partition %d of %d", ErrInvalid, t.name, p, len(t.parts))
 	}
-	*rec = Record{
-		Key:     e.Key,
-		Value:   e.Value,
-		Headers: maps.Clone(e.Headers),
-		Created: now,
-		log:     t.parts[p],
-	}
+	rec.Headers = maps.Clone(rec.Headers)
+	rec.Created = now
+	rec.log = t.parts[p]
+	rec.id = ""
 	if t.broker.ids != nil {
 		rec.id = t.broker.ids.NextID()
 	}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"errors"
 	"runtime/debug"
 	"sync"
@@ -158,7 +159,8 @@ func (w *worker) deliver(rec *Record) outcome {
 		case errors.Is(err, ErrAbandoned), hardStop.Err() != nil:
 			return interrupted
 		case errors.Is(err, ErrPermanent) || attempt >= g.retry.MaxAttempts:
-			kept := *rec // the letter outlives the record's place in the log
+			kept := *rec // the letter outlives the record and its buffers: see reclaimLocked
+			kept.Key, kept.Value = bytes.Clone(rec.Key), bytes.Clone(rec.Value)
 			g.dlq.add(DeadLetter{
 				Record:   &kept,
 				Group:    g.name,
