@@ -29,8 +29,8 @@
 //
 // Many records at once go through PublishBatch (or PublishValues for
 // keyless ones): the same routing and per-key order as one Publish each, at
-// a lower cost per record, since the clock read and each partition's lock
-// and wake-up are shared by the batch.
+// a lower cost per record, since each partition's lock and wake-up are
+// shared by the batch.
 //
 // Consumers join named groups. Every group sees every record; inside a group
 // each partition, and so each record, goes to one consumer:

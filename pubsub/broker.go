@@ -34,8 +34,18 @@ func (f brokerOptionFunc) applyBroker(c *core.Config) { f(c) }
 // goroutines at once.
 type Clock interface{ Now() time.Time }
 
-// WithClock sets the clock, overriding the wall clock. pubsubtest.Clock is
-// one a test can move by hand.
+// WithClock sets the clock, overriding the default. pubsubtest.Clock is one
+// a test can move by hand.
+//
+// The default is time.Now read once per millisecond rather than once per
+// record (reading the clock can cost as much as the rest of a publish): a
+// record's Created is never later than its publish and at most about a
+// millisecond earlier (more when every CPU is busy), like a Kafka
+// timestamp, and records published within a millisecond may share it. A
+// goroutine refreshes that reading while records are published and exits
+// when they stop, so an idle broker runs no timer. MaxAge measures a
+// record's age against time.Now itself. Give WithClock a Clock that calls
+// time.Now for timestamps exact to the nanosecond.
 func WithClock(c Clock) BrokerOption {
 	return brokerOptionFunc(func(cfg *core.Config) { cfg.Clock = c })
 }

@@ -50,7 +50,7 @@ type Message[V any] struct {
 	Key       []byte // the encoded key; nil for keyless messages
 	Value     V
 	Headers   map[string]string
-	Created   time.Time // when it was published, by the broker's Clock
+	Created   time.Time // when it was published, by the broker's Clock (see WithClock)
 	Attempt   int       // 1 on the first delivery to this group; counts up on redelivery
 }
 

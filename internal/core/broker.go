@@ -32,7 +32,7 @@ func (s State) String() string {
 
 // Config is what a broker is created with. Zero fields mean the defaults.
 type Config struct {
-	Clock Clock       // default WallClock
+	Clock Clock       // default: time.Now, read once per ClockResolution while in use (see coarseClock)
 	IDs   IDSource    // default: records are named by position (see recordIDs)
 	Retry RetryPolicy // every group's, unless the group sets its own
 }
@@ -40,9 +40,14 @@ type Config struct {
 // Broker is the registry of topics and groups, and owns their lifecycle.
 // All its methods are safe for concurrent use.
 type Broker struct {
-	clock Clock
-	ids   IDSource // nil: records are named by position
-	retry RetryPolicy
+	clock        Clock        // stamps records and dates dead letters
+	defaultClock *coarseClock // the clock when Config had none; Close stops it
+	// ageClock tells the partitions' MaxAge how old a record is: the clock
+	// Config gave, or else time.Now itself, so that a producer waiting for
+	// a record to expire wakes when it does, not a ClockResolution later.
+	ageClock Clock
+	ids      IDSource // nil: records are named by position
+	retry    RetryPolicy
 
 	idPrefix string       // the default IDs' per-broker prefix
 	topicSeq atomic.Int64 // numbers topics for the default IDs
@@ -73,18 +78,23 @@ func NewBroker(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
+	var defaultClock *coarseClock
+	ageClock := cfg.Clock
 	if cfg.Clock == nil {
-		cfg.Clock = WallClock()
+		defaultClock = newCoarseClock()
+		cfg.Clock, ageClock = defaultClock, systemClock{}
 	}
 	b := &Broker{
-		clock:    cfg.Clock,
-		ids:      cfg.IDs,
-		idPrefix: newBrokerIDPrefix(),
-		retry:    retry,
-		offsets:  NewOffsetStore(),
-		topics:   make(map[string]*Topic),
-		groups:   make(map[groupKey]*Group),
-		progress: make(chan struct{}),
+		clock:        cfg.Clock,
+		defaultClock: defaultClock,
+		ageClock:     ageClock,
+		ids:          cfg.IDs,
+		idPrefix:     newBrokerIDPrefix(),
+		retry:        retry,
+		offsets:      NewOffsetStore(),
+		topics:       make(map[string]*Topic),
+		groups:       make(map[groupKey]*Group),
+		progress:     make(chan struct{}),
 	}
 	b.handlerCtx, b.stopHandlers = context.WithCancel(context.Background())
 	return b, nil
@@ -332,6 +342,9 @@ func (b *Broker) Close(ctx context.Context) error {
 			e.Err = ctx.Err()
 		}
 		err = e
+	}
+	if b.defaultClock != nil {
+		b.defaultClock.stop() // after the workers: a dead letter is dated by it
 	}
 	b.mu.Lock()
 	b.closeErr = err

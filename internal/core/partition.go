@@ -98,7 +98,7 @@ type Partition struct {
 	topic string
 	index int
 	ret   Retention
-	clock Clock
+	clock Clock      // for MaxAge: how old a record is (Broker.ageClock)
 	ids   *recordIDs // names the records when the broker has no IDSource
 	free  *sync.Pool // the topic's records for reuse: reclaimLocked puts, Topic.NewRecord gets
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -218,34 +219,38 @@ func TestDefaultIDsNameThePosition(t *testing.T) {
 	}
 }
 
-// The default clock reads like time.Now: its monotonic part orders it
-// exactly between two time.Now readings, its wall part within a
-// millisecond, and a reading more than a second old (or from the future)
-// is replaced rather than extended.
-func TestWallClockReadsLikeTimeNow(t *testing.T) {
-	c := WallClock().(*wallClock)
-	check := func(what string) {
-		t.Helper()
-		before := time.Now()
-		got := c.Now()
-		after := time.Now()
-		if got.Before(before) || got.After(after) {
-			t.Fatalf("%s: %v is not between %v and %v", what, got, before, after)
+// The default clock reads time.Now once per ClockResolution while it is
+// read, lets its goroutine go when nobody reads it for a tick, starts again
+// on the next read, and is time.Now after stop. In a synctest bubble time
+// is virtual, so every reading is checked exactly.
+func TestCoarseClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCoarseClock()
+		start := time.Now()
+		at := func(d time.Duration) time.Time { return start.Add(d) }
+		check := func(what string, want time.Time) {
+			t.Helper()
+			if got := c.Now(); !got.Equal(want) {
+				t.Fatalf("%s: read %v, want %v", what, got.Sub(start), want.Sub(start))
+			}
 		}
-		if wall := got.Round(0); wall.Before(before.Round(0).Add(-time.Millisecond)) || wall.After(after.Round(0).Add(time.Millisecond)) {
-			t.Fatalf("%s: wall time %v is not within a millisecond of [%v, %v]", what, wall, before.Round(0), after.Round(0))
+		const res = ClockResolution
+		check("first read", at(0))
+		time.Sleep(res / 2)
+		check("within the first tick", at(0))
+		time.Sleep(res)
+		check("after a refresh", at(res))
+		time.Sleep(2 * res) // the tick at 2res refreshes; the one at 3res finds it unread
+		synctest.Wait()
+		if c.reading.Load() != nil {
+			t.Fatal("the clock still refreshes after a tick nobody read it")
 		}
-	}
-	for range 1000 {
-		check("steady")
-	}
-	stale := time.Now().Add(-2 * time.Second)
-	c.base.Store(&stale)
-	check("after a stale reading")
-	if base := c.base.Load(); base == &stale {
-		t.Fatal("a reading two seconds old was extended, not replaced")
-	}
-	future := time.Now().Add(time.Hour)
-	c.base.Store(&future)
-	check("after a reading from the future")
+		check("first read after idling", at(3*res+res/2))
+		time.Sleep(res / 4)
+		check("within a tick again", at(3*res+res/2))
+		c.stop()
+		check("after stop", at(3*res+3*res/4))
+		time.Sleep(res)
+		check("after stop, a tick later", at(4*res+3*res/4))
+	})
 }

@@ -46,7 +46,7 @@ func newTopic(b *Broker, name string, cfg TopicConfig) (*Topic, error) {
 	t := &Topic{name: name, broker: b, partitioner: cfg.Partitioner}
 	seq := int(b.topicSeq.Add(1))
 	for i := range cfg.Partitions {
-		part := newPartition(name, i, ret, b.clock, &t.free)
+		part := newPartition(name, i, ret, b.ageClock, &t.free)
 		if b.ids == nil {
 			part.ids = newRecordIDs(b.idPrefix, seq, i)
 		}
