@@ -18,12 +18,14 @@ import (
 // IDs are formatted when a record is delivered, 64 consecutive offsets in one
 // string that every ID of the block is a substring of, so an ID costs no
 // allocation of its own (a Message.ID keeps its block, about 1.5 KiB, alive).
-// The last few blocks are kept for the partition's groups to share; a group
-// far behind the others formats its own. Blocks are immutable once
-// published, so readers need no lock.
+// The blocks of the retained records are kept for the partition's groups to
+// share, one slot per block of the retention window, so each block is
+// formatted once however far apart the groups read (a replay far back may
+// format one again). Blocks are immutable once published, so readers need
+// no lock.
 type recordIDs struct {
 	prefix string
-	recent [4]atomic.Pointer[idBlock]
+	recent []atomic.Pointer[idBlock] // block b in slot b % len(recent)
 }
 
 const idBlockLen = 64
@@ -42,8 +44,14 @@ func newBrokerIDPrefix() string {
 	return hex.EncodeToString(raw[:])
 }
 
-func newRecordIDs(brokerPrefix string, topicSeq, partition int) *recordIDs {
-	return &recordIDs{prefix: brokerPrefix + "-" + strconv.Itoa(topicSeq) + "-" + strconv.Itoa(partition) + "-"}
+// newRecordIDs names the records of a partition that retains up to retained
+// records.
+func newRecordIDs(brokerPrefix string, topicSeq, partition, retained int) *recordIDs {
+	return &recordIDs{
+		prefix: brokerPrefix + "-" + strconv.Itoa(topicSeq) + "-" + strconv.Itoa(partition) + "-",
+		// The retained records span at most this many blocks.
+		recent: make([]atomic.Pointer[idBlock], (retained+idBlockLen-1)/idBlockLen+1),
+	}
 }
 
 // id returns the ID of the record at offset.

@@ -196,7 +196,7 @@ func TestDeadLetterQueueIsBounded(t *testing.T) {
 
 func TestDefaultIDsNameThePosition(t *testing.T) {
 	prefix := newBrokerIDPrefix()
-	ids := newRecordIDs(prefix, 3, 1)
+	ids := newRecordIDs(prefix, 3, 1, 4*idBlockLen) // a window of 4 blocks, smaller than the gap below
 	seen := map[string]int64{}
 	// Offsets in the order two groups far apart would ask for them, so the
 	// shared blocks are formatted, evicted and formatted again.

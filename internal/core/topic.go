@@ -48,7 +48,7 @@ func newTopic(b *Broker, name string, cfg TopicConfig) (*Topic, error) {
 	for i := range cfg.Partitions {
 		part := newPartition(name, i, ret, b.ageClock, &t.free)
 		if b.ids == nil {
-			part.ids = newRecordIDs(b.idPrefix, seq, i)
+			part.ids = newRecordIDs(b.idPrefix, seq, i, ret.MaxMessages)
 		}
 		t.parts = append(t.parts, part)
 	}
