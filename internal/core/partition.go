@@ -528,6 +528,7 @@ func (p *Partition) expireLocked(now time.Time) {
 	}
 	cutoff := now.Add(-p.ret.MaxAge)
 	for p.size > 0 && p.oldestLocked().Created.Before(cutoff) {
+		p.ring[p.base%int64(len(p.ring))].Store(nil) // no append may come to reuse the slot soon
 		p.evictLocked()
 		p.stats.Expired++
 	}
@@ -536,10 +537,16 @@ func (p *Partition) expireLocked(now time.Time) {
 
 func (p *Partition) oldestLocked() *Record { return p.ring[p.base%int64(len(p.ring))].Load() }
 
-// evictLocked moves the start of the log past its oldest record and empties
-// its slot. Readers learn the new start from publishEarliestLocked.
+// evictLocked moves the start of the log past its oldest record. Readers
+// learn the new start from publishEarliestLocked. The slot is left as it is,
+// which saves a store per append to a cache line the readers share: reclaim
+// and drop evict to make room for the next append, and the log is full, so
+// that append's slot is this one, and it overwrites it. Until then no reader
+// takes the reclaimed record from it: a reader reads only below the end,
+// which the append moves past its slot after writing it, and at or past its
+// cursor, which is past a reclaimed record. (A dropped record may still be
+// read; it is immutable and never reused.)
 func (p *Partition) evictLocked() {
-	p.ring[p.base%int64(len(p.ring))].Store(nil)
 	p.size--
 	p.base++
 }
