@@ -100,7 +100,7 @@ type Partition struct {
 	ret   Retention
 	clock Clock      // for MaxAge: how old a record is (Broker.ageClock)
 	ids   *recordIDs // names the records when the broker has no IDSource
-	free  *sync.Pool // the topic's records for reuse: reclaimLocked puts, Topic.NewRecord gets
+	free  *sync.Pool // the topic's reclaimed records; see release
 
 	// trimsUnread is whether retention can trim a record a group has not
 	// committed: DropOldest or MaxAge. Without either, records leave only by
@@ -178,7 +178,8 @@ func (p *Partition) Earliest() int64 { return p.earliest.Load() }
 // error, the first n (the others are not in the log). The offset of recs[i]
 // goes to offsets[i], which must be as long as recs: once stored, a record
 // may be read, committed and reclaimed for reuse before Append returns, so
-// the caller must not read it back.
+// the caller must not read it back. The records reclaimed to make room go
+// to the topic's pool, for Topic.NewRecord (see reclaimLocked).
 //
 // When the log is full it reclaims, drops or blocks as the retention says.
 // A blocked Append waits until room appears, the partition is sealed
@@ -190,6 +191,20 @@ func (p *Partition) Earliest() int64 { return p.earliest.Load() }
 // The records stored, and their keys, values and headers, belong to the log:
 // the caller must not touch them afterwards.
 func (p *Partition) Append(ctx context.Context, recs []*Record, offsets []int64) (int, error) {
+	n, _, err := p.appendFreeing(ctx, recs, offsets, nil)
+	return n, err
+}
+
+// AppendReusing is Append for a caller that reuses the records reclaimed to
+// make room itself: they are appended to freed, which must not be nil, and
+// returned, rather than put in the topic's pool one at a time (see batch).
+func (p *Partition) AppendReusing(ctx context.Context, recs []*Record, offsets []int64, freed []*Record) (stored int, reclaimed []*Record, err error) {
+	return p.appendFreeing(ctx, recs, offsets, freed)
+}
+
+// appendFreeing is Append and AppendReusing: with freed nil, the reclaimed
+// records go to the pool.
+func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets []int64, freed []*Record) (int, []*Record, error) {
 	var (
 		n        int         // records stored
 		timer    *time.Timer // started by a wait, shared by the later ones until a record is stored
@@ -206,11 +221,18 @@ func (p *Partition) Append(ctx context.Context, recs []*Record, offsets []int64)
 		p.mu.Lock()
 		if p.sealed {
 			p.mu.Unlock()
-			return n, fmt.Errorf("%w: publish to topic %q partition %d", ErrClosed, p.topic, p.index)
+			return n, freed, fmt.Errorf("%w: publish to topic %q partition %d", ErrClosed, p.topic, p.index)
 		}
 		p.expireLocked(now)
 		stored := n
-		for n < len(recs) && p.roomLocked() {
+		for n < len(recs) {
+			room, rec := p.roomLocked()
+			if rec != nil {
+				freed = p.release(freed, rec)
+			}
+			if !room {
+				break
+			}
 			offsets[n] = p.storeLocked(recs[n])
 			n++
 		}
@@ -223,7 +245,7 @@ func (p *Partition) Append(ctx context.Context, recs []*Record, offsets []int64)
 		}
 		if n == len(recs) {
 			p.mu.Unlock()
-			return n, nil
+			return n, freed, nil
 		}
 		// Full, under Block. Arm the room channel, then look at the cursors
 		// once more (the cached low-water mark is used up, so roomLocked
@@ -231,14 +253,17 @@ func (p *Partition) Append(ctx context.Context, recs []*Record, offsets []int64)
 		// room now, or finds the channel armed and closes it. See
 		// notifyCommit.
 		p.armRoomLocked()
-		if p.roomLocked() {
+		if room, rec := p.roomLocked(); room {
+			if rec != nil {
+				freed = p.release(freed, rec)
+			}
 			p.mu.Unlock()
 			continue
 		}
 		if timedOut { // the last look after the deadline found no room either
 			p.stats.TimedOut++
 			p.mu.Unlock()
-			return n, fmt.Errorf("%w: topic %q partition %d held %d records for %v",
+			return n, freed, fmt.Errorf("%w: topic %q partition %d held %d records for %v",
 				ErrBackpressure, p.topic, p.index, p.ret.MaxMessages, p.ret.BlockTimeout)
 		}
 		if !blocked {
@@ -258,29 +283,39 @@ func (p *Partition) Append(ctx context.Context, recs []*Record, offsets []int64)
 			timedOut = true
 		case <-ctx.Done():
 			stopExpiry()
-			return n, fmt.Errorf("publish to topic %q partition %d: waiting for room: %w", p.topic, p.index, ctx.Err())
+			return n, freed, fmt.Errorf("publish to topic %q partition %d: waiting for room: %w", p.topic, p.index, ctx.Err())
 		}
 		stopExpiry()
 	}
 }
 
-// roomLocked makes room for one record if the retention allows it, and
-// reports whether there is room: reclaiming what every group has committed,
-// or, under DropOldest, evicting the oldest record and counting it.
-func (p *Partition) roomLocked() bool {
-	if p.size < len(p.ring) {
-		return true
+// release hands a reclaimed record to whoever reuses it: appended to freed
+// for AppendReusing, else to the topic's pool.
+func (p *Partition) release(freed []*Record, rec *Record) []*Record {
+	if freed == nil {
+		p.free.Put(rec)
+		return nil
 	}
-	p.reclaimLocked()
+	return append(freed, rec)
+}
+
+// roomLocked makes room for one record if the retention allows it, and
+// reports whether there is room: reclaiming what every group has committed
+// (and returning the reclaimed record), or, under DropOldest, evicting the
+// oldest record and counting it.
+func (p *Partition) roomLocked() (bool, *Record) {
 	if p.size < len(p.ring) {
-		return true // the steady state of a full partition whose groups keep up
+		return true, nil
+	}
+	if rec := p.reclaimLocked(); rec != nil {
+		return true, rec // the steady state of a full partition whose groups keep up
 	}
 	if p.ret.OnFull == DropOldest {
 		p.evictLocked()
 		p.stats.Dropped++
-		return true
+		return true, nil
 	}
-	return false
+	return false, nil
 }
 
 // storeLocked puts rec at the end of the log and returns its offset.
@@ -479,17 +514,17 @@ func (p *Partition) Stats() PartitionStats {
 // append, and does not pull the cursors' cache lines from the workers that
 // write them.
 //
-// The reclaimed record goes back to the topic for a new record to reuse,
-// with its key and value buffers (see Topic.NewRecord), so a topic whose
-// groups keep up allocates no records. That is safe because nothing in the
+// It returns the reclaimed record, or nil, for the producer to reuse with
+// its key and value buffers (see Topic.NewRecord), so a topic whose groups
+// keep up allocates no records. That is safe because nothing in the
 // log refers to it any more: every group's cursor is past it, a worker reads
 // only at or after its cursor and lets go of a record before it commits it,
 // and a dead letter keeps a copy of the record and its bytes. Records that
 // leave by drop or expiry may still be in a worker's hands, so they are
 // left to the garbage collector.
-func (p *Partition) reclaimLocked() {
+func (p *Partition) reclaimLocked() *Record {
 	if len(p.cursors) == 0 || p.size == 0 {
-		return // no group yet: keep the backlog for the first one
+		return nil // no group yet: keep the backlog for the first one
 	}
 	if p.lowWater <= p.base {
 		p.lowWater = p.cursors[0].Committed()
@@ -497,14 +532,14 @@ func (p *Partition) reclaimLocked() {
 			p.lowWater = min(p.lowWater, c.Committed())
 		}
 		if p.lowWater <= p.base {
-			return
+			return nil
 		}
 	}
 	rec := p.oldestLocked()
 	p.evictLocked()
 	p.stats.Reclaimed++
 	*rec = Record{Key: reusable(rec.Key), Value: reusable(rec.Value)}
-	p.free.Put(rec)
+	return rec
 }
 
 // maxReusedBuffer bounds the key and value buffers a reclaimed record
