@@ -233,16 +233,9 @@ func (t *Topic[K, V]) publish(ctx context.Context, rec *core.Record, value V, op
 }
 
 // encodeKey puts the encoding of key in rec, a record from the engine's
-// NewRecord: appended to the buffer rec brings along when the key codec can
-// append, so that publishing does not allocate it.
+// NewRecord.
 func (t *Topic[K, V]) encodeKey(rec *core.Record, key K) error {
-	var err error
-	if t.keyAppender != nil {
-		rec.Key, err = t.keyAppender.AppendEncode(rec.Key[:0], key)
-	} else {
-		rec.Key, err = t.keys.Encode(key)
-	}
-	if err != nil {
+	if err := encodeInto(&rec.Key, t.keys, t.keyAppender, key); err != nil {
 		return fmt.Errorf("encode key: %w", err)
 	}
 	if rec.Key == nil {
@@ -251,18 +244,26 @@ func (t *Topic[K, V]) encodeKey(rec *core.Record, key K) error {
 	return nil
 }
 
-// encodeValue is encodeKey for the value.
+// encodeValue puts the encoding of value in rec, a record from the engine's
+// NewRecord.
 func (t *Topic[K, V]) encodeValue(rec *core.Record, value V) error {
-	var err error
-	if t.valueAppender != nil {
-		rec.Value, err = t.valueAppender.AppendEncode(rec.Value[:0], value)
-	} else {
-		rec.Value, err = t.values.Encode(value)
-	}
-	if err != nil {
+	if err := encodeInto(&rec.Value, t.values, t.valueAppender, value); err != nil {
 		return fmt.Errorf("encode value: %w", err)
 	}
 	return nil
+}
+
+// encodeInto sets *buf to the encoding of v: appended to the memory *buf
+// already has (a reclaimed record's buffer) when the codec can append, so
+// that publishing does not allocate it, else Encode's fresh slice.
+func encodeInto[T any](buf *[]byte, c codec.Codec[T], app codec.Appender[T], v T) error {
+	var err error
+	if app != nil {
+		*buf, err = app.AppendEncode((*buf)[:0], v)
+	} else {
+		*buf, err = c.Encode(v)
+	}
+	return err
 }
 
 // Entry is one record of a batch for PublishBatch.
