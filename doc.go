@@ -108,6 +108,20 @@
 // A group created after records were freed starts at the oldest record
 // still retained.
 //
+// # Time
+//
+// A record's Message.Created comes from the broker's Clock. The default
+// reads time.Now once per millisecond while records are published, not once
+// per record (on some machines a clock read costs as much as the rest of a
+// publish): Created is never later than the publish and at most about a
+// millisecond earlier, the precision of a Kafka timestamp. A goroutine
+// refreshes that reading only while it is used, so an idle broker runs no
+// timer. MaxAge measures age against time.Now itself. [pubsub.WithClock]
+// injects any other clock: one that calls time.Now for exact stamps, or
+// pubsubtest.Clock for tests that move time by hand. Waits (retry backoff,
+// BlockTimeout) use the runtime's timers, which testing/synctest makes
+// virtual.
+//
 // # Shutdown
 //
 // [pubsub.Broker.Close] refuses new work with [pubsub.ErrClosed], fails
@@ -125,6 +139,7 @@
 //   - Anything across processes: one broker serves one process.
 //   - Exactly-once: at-least-once plus an idempotent handler is the way.
 //   - Order across partitions, or across topics.
+//   - Timestamps finer than the default clock's millisecond (see Time).
 //
 // # Sizing
 //

@@ -349,6 +349,35 @@ func TestKeptKeysStayIntact(t *testing.T) {
 	})
 }
 
+// The default clock stamps a record with time.Now as of the last
+// millisecond tick while records flow, and reads time.Now afresh after a
+// pause. In a bubble time is virtual, so each stamp is exact.
+func TestDefaultClockStampsToTheMillisecond(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		rec := &recorder[string]{}
+		mustSubscribe(t, topic, "g", "c", rec)
+		start := time.Now()
+		mustPublishValue(t, topic, "first")
+		time.Sleep(time.Millisecond / 2)
+		mustPublishValue(t, topic, "within the millisecond")
+		time.Sleep(5 * time.Millisecond)
+		mustPublishValue(t, topic, "after a pause")
+		drain(t, b)
+		want := []time.Duration{0, 0, 5*time.Millisecond + time.Millisecond/2}
+		calls := rec.calls()
+		if len(calls) != len(want) {
+			t.Fatalf("got %d deliveries, want %d", len(calls), len(want))
+		}
+		for i, msg := range calls {
+			if got := msg.Created.Sub(start); got != want[i] {
+				t.Errorf("%q: Created %v after the first publish, want %v", msg.Value, got, want[i])
+			}
+		}
+	})
+}
+
 // A new record is encoded into the buffers of one the topic reclaimed
 // (codec.Appender), so what outlives a record must not share its bytes: a
 // dead letter, a value or key a handler kept.
