@@ -172,6 +172,45 @@ func benchmarkS3(b *testing.B, batch int) {
 	finish(b, br, handled, int(published.Load()), 1, start)
 }
 
+// BenchmarkStream is S1 read through a Stream that acks each delivery: a
+// channel hand-off per record on top of the engine's work.
+func BenchmarkStream(b *testing.B) {
+	b.Run("batch=1", func(b *testing.B) {
+		br := pubsub.NewBroker()
+		b.Cleanup(func() { br.Close(context.Background()) })
+		topic, err := pubsub.NewTopic(br, "bench", codec.String(), codec.Bytes(),
+			pubsub.WithRetention(pubsub.Retention{MaxMessages: benchBuffer, BlockTimeout: time.Minute}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		stream, err := topic.Stream("g", "c")
+		if err != nil {
+			b.Fatal(err)
+		}
+		var handled atomic.Int64
+		var wg sync.WaitGroup
+		wg.Go(func() { // exits when Close closes the stream's channel
+			for d := range stream.All() {
+				d.Ack()
+				handled.Add(1)
+			}
+		})
+		ctx := context.Background()
+		b.ReportAllocs()
+		start := time.Now()
+		for b.Loop() {
+			if _, err := topic.PublishValue(ctx, payload64); err != nil {
+				b.Fatal(err)
+			}
+		}
+		finish(b, br, &handled, b.N, 1, start)
+		if err := br.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+		wg.Wait()
+	})
+}
+
 // BenchmarkScaling varies partitions and groups with one producer that
 // spreads keyless records round robin.
 func BenchmarkScaling(b *testing.B) {

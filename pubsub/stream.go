@@ -63,8 +63,18 @@ func (d *Delivery[V]) Nack(err error) {
 // channel of deliveries. It fails as Subscribe does.
 func (t *Topic[K, V]) Stream(group, consumer string, opts ...SubscribeOption) (*Stream[V], error) {
 	s := &Stream[V]{consumer: consumer, ch: make(chan *Delivery[V]), done: make(chan struct{})}
+	// The outcome channel of each partition's last settled delivery, for
+	// its next delivery: once the outcome is received, the delivery's once
+	// has fired, so nothing sends on the channel again. A partition is
+	// served by one worker at a time, so each slot has one user at a time.
+	outcomes := make([]chan error, t.Partitions())
 	handle := func(ctx context.Context, msg Message[V]) error {
-		d := &Delivery[V]{Message: msg, outcome: make(chan error, 1)}
+		outcome := outcomes[msg.Partition]
+		outcomes[msg.Partition] = nil
+		if outcome == nil {
+			outcome = make(chan error, 1) // buffered: settling never blocks
+		}
+		d := &Delivery[V]{Message: msg, outcome: outcome}
 		select {
 		case s.ch <- d:
 		case <-s.done:
@@ -74,6 +84,7 @@ func (t *Topic[K, V]) Stream(group, consumer string, opts ...SubscribeOption) (*
 		}
 		select {
 		case err := <-d.outcome:
+			outcomes[msg.Partition] = outcome
 			return err
 		case <-s.done:
 			return core.ErrAbandoned

@@ -104,6 +104,35 @@ func TestStreamDeliversOneAtATimeUntilAcked(t *testing.T) {
 	})
 }
 
+// A partition's deliveries share one outcome channel, one after the other:
+// settling a delivery again after the next one arrived must not settle the
+// next one.
+func TestStreamLateSettleLeavesTheNextDeliveryAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+		s := mustStream(t, topic, "workers", "w1")
+		g := s.Group()
+		mustPublishValue(t, topic, "wash")
+		mustPublishValue(t, topic, "dry")
+		d1 := recv(t, s)
+		d1.Ack()
+		d2 := recv(t, s)
+		d1.Nack(errBoom) // late: d1 is settled, so nothing may happen
+		d1.Ack()
+		synctest.Wait()
+		if c := g.Committed(0); c != 1 {
+			t.Fatalf("Committed(0) after late calls on the first delivery: got %d, want 1 (the second still open)", c)
+		}
+		noDelivery(t, s)
+		d2.Ack()
+		drain(t, b)
+		if got, want := g.Stats(), (pubsub.GroupStats{Delivered: 2}); got != want {
+			t.Errorf("stats: got %+v, want %+v (no retry, no dead letter)", got, want)
+		}
+	})
+}
+
 // Deliveries of different partitions can be outstanding at once; each
 // partition still waits for its own Ack.
 func TestStreamPartitionsAreIndependent(t *testing.T) {
