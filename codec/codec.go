@@ -2,15 +2,17 @@
 //
 // A [Codec] is the boundary between a typed topic and the untyped log: the
 // core calls Encode once when a value is published and keeps the returned
-// slice as the stored record, and calls Decode for every consumer that reads
+// slice as the stored record (or, for an [Appender], has it appended to a
+// buffer the log reuses), and calls Decode for every consumer that reads
 // the record. Two rules follow from that, and every implementation, including
 // one built with [Func], must keep them:
 //
 //   - Encode must return a fresh slice that nothing else references, because
 //     the core keeps it for the record's lifetime without copying.
 //   - Decode must not retain data or return a value that aliases it, because
-//     the stored bytes are shared by every consumer group; a handler that
-//     mutates its value must not be able to change the record for others.
+//     the stored bytes are shared by every consumer group, and reused for a
+//     later record once every group is past them; a handler that mutates
+//     its value must not be able to change the record for others.
 //
 // A Codec must also be safe for concurrent use, because publishers and
 // consumers call it from many goroutines at once. All codecs in this package
