@@ -10,9 +10,10 @@
 //   - Encode must return a fresh slice that nothing else references, because
 //     the core keeps it for the record's lifetime without copying.
 //   - Decode must not retain data or return a value that aliases it, because
-//     the stored bytes are shared by every consumer group, and reused for a
-//     later record once every group is past them; a handler that mutates
-//     its value must not be able to change the record for others.
+//     the stored bytes are shared by every consumer group, and (with an
+//     [Appender]) reused for a later record once every group is past them;
+//     a handler that mutates its value must not be able to change the
+//     record for others.
 //
 // A Codec must also be safe for concurrent use, because publishers and
 // consumers call it from many goroutines at once. All codecs in this package
