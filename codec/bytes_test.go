@@ -71,6 +71,19 @@ func TestBytesNil(t *testing.T) {
 	}
 }
 
+// AppendEncode keeps nil apart from empty whatever dst holds: a nil value
+// gives nil even into a non-empty dst, and an empty one a non-nil slice even
+// into a nil dst.
+func TestBytesAppendEncodeNil(t *testing.T) {
+	app := codec.Bytes().(codec.Appender[[]byte])
+	if got, err := app.AppendEncode([]byte("old"), nil); err != nil || got != nil {
+		t.Errorf("AppendEncode(\"old\", nil) = %#v, %v; want nil", got, err)
+	}
+	if got, err := app.AppendEncode(nil, []byte{}); err != nil || got == nil || len(got) != 0 {
+		t.Errorf("AppendEncode(nil, []byte{}) = %#v, %v; want empty and non-nil", got, err)
+	}
+}
+
 func FuzzBytesDecode(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte("hello"))

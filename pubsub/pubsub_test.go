@@ -360,9 +360,9 @@ func TestDefaultClockStampsToTheMillisecond(t *testing.T) {
 		mustSubscribe(t, topic, "g", "c", rec)
 		start := time.Now()
 		mustPublishValue(t, topic, "first")
-		time.Sleep(time.Millisecond / 2)
+		time.Sleep(time.Millisecond / 2) // virtual time, in the bubble
 		mustPublishValue(t, topic, "within the millisecond")
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // virtual: long enough for the refresh goroutine to stop
 		mustPublishValue(t, topic, "after a pause")
 		drain(t, b)
 		want := []time.Duration{0, 0, 5*time.Millisecond + time.Millisecond/2}

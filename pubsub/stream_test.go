@@ -57,16 +57,23 @@ func wantClosed[V any](t *testing.T, s *pubsub.Stream[V]) {
 	}
 }
 
+// twoTasks returns a stream of group "workers" on a one-partition topic
+// "tasks" to which "wash" and "dry" were published, in that order.
+func twoTasks(t *testing.T) (*pubsub.Broker, *pubsub.Stream[string], *pubsub.Group[string]) {
+	t.Helper()
+	b := newBroker(t)
+	topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+	s := mustStream(t, topic, "workers", "w1")
+	mustPublishValue(t, topic, "wash")
+	mustPublishValue(t, topic, "dry")
+	return b, s, s.Group()
+}
+
 // Until a delivery is acked its partition delivers nothing further and its
 // offset stays uncommitted; Ack commits and lets the next one come.
 func TestStreamDeliversOneAtATimeUntilAcked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
-		s := mustStream(t, topic, "workers", "w1")
-		g := s.Group()
-		mustPublishValue(t, topic, "wash")
-		mustPublishValue(t, topic, "dry")
+		b, s, g := twoTasks(t)
 
 		d1 := recv(t, s)
 		if d1.Value != "wash" || d1.Offset != 0 || d1.Attempt != 1 || d1.Topic != "tasks" {
@@ -109,12 +116,7 @@ func TestStreamDeliversOneAtATimeUntilAcked(t *testing.T) {
 // next one.
 func TestStreamLateSettleLeavesTheNextDeliveryAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
-		s := mustStream(t, topic, "workers", "w1")
-		g := s.Group()
-		mustPublishValue(t, topic, "wash")
-		mustPublishValue(t, topic, "dry")
+		b, s, g := twoTasks(t)
 		d1 := recv(t, s)
 		d1.Ack()
 		d2 := recv(t, s)

@@ -227,9 +227,7 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		stored := n
 		for n < len(recs) {
 			room, rec := p.roomLocked()
-			if rec != nil {
-				freed = p.release(freed, rec)
-			}
+			freed = p.release(freed, rec)
 			if !room {
 				break
 			}
@@ -254,9 +252,7 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		// notifyCommit.
 		p.armRoomLocked()
 		if room, rec := p.roomLocked(); room {
-			if rec != nil {
-				freed = p.release(freed, rec)
-			}
+			freed = p.release(freed, rec)
 			p.mu.Unlock()
 			continue
 		}
@@ -289,9 +285,12 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 	}
 }
 
-// release hands a reclaimed record to whoever reuses it: appended to freed
-// for AppendReusing, else to the topic's pool.
+// release hands a reclaimed record, if roomLocked reclaimed one, to whoever
+// reuses it: appended to freed for AppendReusing, else to the topic's pool.
 func (p *Partition) release(freed []*Record, rec *Record) []*Record {
+	if rec == nil {
+		return freed
+	}
 	if freed == nil {
 		p.free.Put(rec)
 		return nil

@@ -194,6 +194,34 @@ func TestDeadLetterQueueIsBounded(t *testing.T) {
 	}
 }
 
+// The formatted ID blocks of the whole retention window are kept: a group
+// reading the oldest retained record after another read the newest finds
+// its block, not a copy formatted again.
+func TestDefaultIDsKeepTheRetentionWindow(t *testing.T) {
+	ids := newRecordIDs(newBrokerIDPrefix(), 1, 0, 1024)
+	ids.id(0)
+	first := ids.recent[0].Load()
+	for off := range int64(1024) { // a group far ahead reads the rest of the window
+		ids.id(off)
+	}
+	ids.id(1)
+	if ids.recent[0].Load() != first {
+		t.Fatal("the block of offset 0 was formatted again while offset 0 was still retained")
+	}
+}
+
+// A reclaimed record keeps its buffers for reuse only up to maxReusedBuffer
+// bytes, so one large record does not make later ones hold as much.
+func TestReusableBuffersAreBounded(t *testing.T) {
+	small := make([]byte, 64, maxReusedBuffer)
+	if got := reusable(small); len(got) != 0 || cap(got) != maxReusedBuffer {
+		t.Errorf("reusable(cap %d) = len %d cap %d, want len 0 cap %d", cap(small), len(got), cap(got), maxReusedBuffer)
+	}
+	if got := reusable(make([]byte, maxReusedBuffer+1)); got != nil {
+		t.Errorf("reusable(cap %d) kept the buffer, want nil", maxReusedBuffer+1)
+	}
+}
+
 func TestDefaultIDsNameThePosition(t *testing.T) {
 	prefix := newBrokerIDPrefix()
 	ids := newRecordIDs(prefix, 3, 1, 4*idBlockLen) // a window of 4 blocks, smaller than the gap below
@@ -236,7 +264,7 @@ func TestCoarseClock(t *testing.T) {
 		}
 		const res = ClockResolution
 		check("first read", at(0))
-		time.Sleep(res / 2)
+		time.Sleep(res / 2) // virtual time, in the bubble, as every Sleep here
 		check("within the first tick", at(0))
 		time.Sleep(res)
 		check("after a refresh", at(res))

@@ -234,7 +234,6 @@ func (t *Topic) prepare(rec *Record, now time.Time) error {
 	rec.Headers = maps.Clone(rec.Headers)
 	rec.Created = now
 	rec.log = t.parts[p]
-	rec.id = ""
 	if t.broker.ids != nil {
 		rec.id = t.broker.ids.NextID()
 	}
