@@ -108,10 +108,9 @@ type Partition struct {
 	// record in its hands is still retained.
 	trimsUnread bool
 
-	// ring holds the retained records, record o in slot o % len(ring). Slots
-	// are written under mu and read without it (see Read), so they are
-	// atomic.
-	ring []atomic.Pointer[Record]
+	// ring holds the retained records. Slots are written under mu and read
+	// without it (see Read).
+	ring ring
 
 	// The fields above never change; the groups below are each written by
 	// someone else, and kept on their own cache lines so that a write to
@@ -119,8 +118,12 @@ type Partition struct {
 	// end, and every commit reads roomArmed.
 	_ cacheLinePad
 
-	// end and earliest mirror next and base for readers that take no lock:
-	// a worker reading records, Drain, Lag. Written under mu.
+	// end mirrors next for readers that take no lock: a worker reading
+	// records, Drain, Lag. earliest mirrors base for the workers of a
+	// partition whose retention trims unread records (trimsUnread), which
+	// check that a record is still retained before each delivery; without
+	// trimsUnread it is not kept, which saves a store per append to the
+	// line the readers poll. Both are written under mu.
 	end, earliest atomic.Int64
 	_             cacheLinePad
 
@@ -153,14 +156,15 @@ type reader struct {
 }
 
 func newPartition(topic string, index int, ret Retention, clock Clock, free *sync.Pool) *Partition {
+	trimsUnread := ret.OnFull == DropOldest || ret.MaxAge > 0
 	return &Partition{
 		topic:       topic,
 		index:       index,
 		ret:         ret,
 		clock:       clock,
 		free:        free,
-		trimsUnread: ret.OnFull == DropOldest || ret.MaxAge > 0,
-		ring:        make([]atomic.Pointer[Record], ret.MaxMessages),
+		trimsUnread: trimsUnread,
+		ring:        newRing(ret.MaxMessages, trimsUnread),
 	}
 }
 
@@ -170,8 +174,16 @@ func (p *Partition) Index() int { return p.index }
 // End is the offset the next record will get.
 func (p *Partition) End() int64 { return p.end.Load() }
 
-// Earliest is the offset of the oldest retained record.
-func (p *Partition) Earliest() int64 { return p.earliest.Load() }
+// Earliest is the offset of the oldest retained record. It takes no lock
+// when retention trims unread records, and is meant for the workers, which
+// then call it per delivery.
+func (p *Partition) Earliest() int64 {
+	if p.trimsUnread {
+		return p.earliest.Load()
+	}
+	earliest, _ := p.Bounds()
+	return earliest
+}
 
 // Append stores recs at the end of the log, in order, and wakes the readers
 // waiting for them. It returns how many it stored: all of them, or, on
@@ -303,7 +315,7 @@ func (p *Partition) release(freed []*Record, rec *Record) []*Record {
 // (and returning the reclaimed record), or, under DropOldest, evicting the
 // oldest record and counting it.
 func (p *Partition) roomLocked() (bool, *Record) {
-	if p.size < len(p.ring) {
+	if p.size < p.ring.size() {
 		return true, nil
 	}
 	if rec := p.reclaimLocked(); rec != nil {
@@ -322,7 +334,7 @@ func (p *Partition) roomLocked() (bool, *Record) {
 func (p *Partition) storeLocked(rec *Record) int64 {
 	offset := p.next
 	rec.Offset = offset
-	p.ring[offset%int64(len(p.ring))].Store(rec)
+	p.ring.store(offset, rec)
 	p.size++
 	p.next++
 	return offset
@@ -352,14 +364,16 @@ func (p *Partition) publishLocked() {
 // Records already appended are read without the partition's lock: a worker
 // that wakes takes every record appended since it last looked in one step,
 // however many producers are appending. That is safe because a slot is
-// written before the end offset that publishes it, and a record names its
-// own offset, so a slot that retention reused meanwhile is recognised and
-// the read stops there. Age retention, which trims on read, takes the lock.
+// written before the end offset that publishes it, and is not rewritten
+// under a reader that may read it (see ring); where retention can trim
+// unread records, a record names its own offset, so a slot that was reused
+// meanwhile is recognised and the read stops there. Age retention, which
+// trims on read, takes the lock.
 func (p *Partition) Read(offset int64, dst []*Record, c *Cursor, bell chan struct{}) (n int, skipTo int64, waiting bool) {
 	if p.ret.MaxAge <= 0 {
 		end := p.end.Load()
 		for n < len(dst) && offset+int64(n) < end {
-			rec := p.ring[(offset+int64(n))%int64(len(p.ring))].Load()
+			rec := p.ring.load(offset + int64(n))
 			if rec == nil || rec.Offset != offset+int64(n) {
 				break // trimmed, and the slot reused or emptied
 			}
@@ -383,7 +397,7 @@ func (p *Partition) Read(offset int64, dst []*Record, c *Cursor, bell chan struc
 		return 0, 0, true
 	}
 	for n < len(dst) && offset+int64(n) < p.next {
-		dst[n] = p.ring[(offset+int64(n))%int64(len(p.ring))].Load()
+		dst[n] = p.ring.load(offset + int64(n))
 		n++
 	}
 	return n, 0, false
@@ -562,14 +576,14 @@ func (p *Partition) expireLocked(now time.Time) {
 	}
 	cutoff := now.Add(-p.ret.MaxAge)
 	for p.size > 0 && p.oldestLocked().Created.Before(cutoff) {
-		p.ring[p.base%int64(len(p.ring))].Store(nil) // no append may come to reuse the slot soon
+		p.ring.store(p.base, nil) // no append may come to reuse the slot soon
 		p.evictLocked()
 		p.stats.Expired++
 	}
 	p.publishEarliestLocked()
 }
 
-func (p *Partition) oldestLocked() *Record { return p.ring[p.base%int64(len(p.ring))].Load() }
+func (p *Partition) oldestLocked() *Record { return p.ring.load(p.base) }
 
 // evictLocked moves the start of the log past its oldest record. Readers
 // learn the new start from publishEarliestLocked. The slot is left as it is,
@@ -585,10 +599,11 @@ func (p *Partition) evictLocked() {
 	p.base++
 }
 
-// publishEarliestLocked tells the readers that take no lock where the log
-// starts now: once per append or trim rather than once per record.
+// publishEarliestLocked tells the workers that check it where the log
+// starts now: once per append or trim rather than once per record, and only
+// when retention trims unread records (see earliest).
 func (p *Partition) publishEarliestLocked() {
-	if p.earliest.Load() != p.base {
+	if p.trimsUnread && p.earliest.Load() != p.base {
 		p.earliest.Store(p.base)
 	}
 }
