@@ -104,8 +104,12 @@ func WithDeadLetterLimit(n int) SubscribeOption {
 // option; with ErrClosed once Close began. A failed Subscribe changes
 // nothing.
 func (t *Topic[K, V]) Subscribe(group, consumer string, h Handler[V], opts ...SubscribeOption) (*Group[V], error) {
-	if f, ok := h.(HandlerFunc[V]); h == nil || ok && f == nil {
+	f, ok := h.(HandlerFunc[V])
+	switch {
+	case h == nil || ok && f == nil:
 		return t.join(group, consumer, nil, nil, opts)
+	case ok: // called as it is, not through Handle: a call and a copy of the Message fewer per delivery
+		return t.join(group, consumer, f, nil, opts)
 	}
 	return t.join(group, consumer, h.Handle, nil, opts)
 }
