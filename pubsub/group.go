@@ -54,10 +54,12 @@ type Message[V any] struct {
 	Attempt   int       // 1 on the first delivery to this group; counts up on redelivery
 }
 
-// newMessage builds the Message of rec. keys, when not nil, is where its
-// key is copied to.
-func newMessage[V any](rec *core.Record, value V, attempt int, keys *keyArena) Message[V] {
-	return Message[V]{
+// handOver calls handle with the Message of rec, whose value is value.
+// keys, when not nil, is where its key is copied to. The Message is built
+// in the call's arguments rather than returned by a constructor: it is 136
+// bytes, and a constructor costs a copy of it per delivery.
+func handOver[V any](ctx context.Context, handle func(context.Context, Message[V]) error, rec *core.Record, value V, attempt int, keys *keyArena) error {
+	return handle(ctx, Message[V]{
 		ID:        rec.ID(),
 		Topic:     rec.Topic(),
 		Partition: rec.Partition(),
@@ -67,7 +69,7 @@ func newMessage[V any](rec *core.Record, value V, attempt int, keys *keyArena) M
 		Headers:   maps.Clone(rec.Headers),
 		Created:   rec.Created,
 		Attempt:   attempt,
-	}
+	})
 }
 
 // SubscribeOption configures the group that Subscribe or Stream creates.
@@ -131,7 +133,7 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 			if err != nil {
 				return &DecodeError{Topic: rec.Topic(), Partition: rec.Partition(), Offset: rec.Offset, Err: err}
 			}
-			return handle(ctx, newMessage(rec, v, attempt, &keys[rec.Partition()]))
+			return handOver(ctx, handle, rec, v, attempt, &keys[rec.Partition()])
 		}
 	}
 	g, err := t.b.eng.Subscribe(t.Name(), group, consumer, h, onLeave, cfg)
@@ -232,7 +234,12 @@ func (g *Group[V]) DeadLetters() []DeadLetter[V] {
 	out := make([]DeadLetter[V], len(letters))
 	for i, l := range letters {
 		v, _ := g.values.Decode(l.Record.Value) // the zero V when it cannot be decoded, as documented
-		out[i] = DeadLetter[V]{Message: newMessage(l.Record, v, l.Attempts, nil), Attempts: l.Attempts, Err: l.Err, FailedAt: l.FailedAt}
+		out[i] = DeadLetter[V]{Attempts: l.Attempts, Err: l.Err, FailedAt: l.FailedAt}
+		// The Message a handler was given, built by the same code.
+		_ = handOver(context.Background(), func(_ context.Context, m Message[V]) error {
+			out[i].Message = m
+			return nil
+		}, l.Record, v, l.Attempts, nil)
 	}
 	return out
 }
