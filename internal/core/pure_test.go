@@ -3,10 +3,13 @@ package core
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"pgregory.net/rapid"
 )
 
 func TestAssign(t *testing.T) {
@@ -155,6 +158,18 @@ func TestKeyHashStable(t *testing.T) {
 	if got, want := p.Partition([]byte("user-42"), 16), 3; got != want {
 		t.Errorf("user-42 of 16 partitions: got %d, want %d", got, want)
 	}
+}
+
+// TestChecksumIEEEIsTheLibrarys checks the key hash's own CRC-32 against
+// hash/crc32 on every length around its 8-byte steps and its hand-over to
+// the library at 64 bytes.
+func TestChecksumIEEEIsTheLibrarys(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := rapid.SliceOfN(rapid.Byte(), 0, 150).Draw(t, "p")
+		if got, want := checksumIEEE(p), crc32.ChecksumIEEE(p); got != want {
+			t.Fatalf("checksumIEEE(%x) = %#x, want %#x", p, got, want)
+		}
+	})
 }
 
 func TestRoundRobinSpreads(t *testing.T) {
