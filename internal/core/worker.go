@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,10 +25,11 @@ type worker struct {
 	gp *groupPartition
 	m  *member
 
-	stop chan struct{} // closed by signal: finish the current delivery, then exit
-	bell chan struct{} // rung by the partition when records arrive; see Partition.Read
-	wg   sync.WaitGroup
-	buf  [readBatch]*Record
+	stop    chan struct{} // closed by signal: finish the current delivery, then exit
+	stopped atomic.Bool   // set by signal before it closes stop: checked per record, for less than a select costs
+	bell    chan struct{} // rung by the partition when records arrive; see Partition.Read
+	wg      sync.WaitGroup
+	buf     [readBatch]*Record
 
 	readEnd int64 // the offset after the last record read
 }
@@ -41,17 +43,14 @@ func startWorker(g *Group, gp *groupPartition, m *member) *worker {
 	return w
 }
 
-func (w *worker) signal() { close(w.stop) }
-func (w *worker) wait()   { w.wg.Wait() }
-
-func (w *worker) stopping() bool {
-	select {
-	case <-w.stop:
-		return true
-	default:
-		return false
-	}
+func (w *worker) signal() {
+	w.stopped.Store(true)
+	close(w.stop)
 }
+
+func (w *worker) wait() { w.wg.Wait() }
+
+func (w *worker) stopping() bool { return w.stopped.Load() }
 
 func (w *worker) run() {
 	part, cursor := w.gp.part, w.gp.cursor
