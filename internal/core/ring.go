@@ -11,8 +11,8 @@ import "sync/atomic"
 // enough to make plain slots safe: a slot is rewritten only after every
 // group's cursor has passed its record, and a worker commits past a record
 // (an atomic store the producer loads before reclaiming) only after it read
-// the slot. Plain slots save a locked store per append, which on x86 waits
-// for the record's cache lines to leave the readers' caches.
+// the slot. Plain slots save a locked store per append (an atomic store is
+// a full fence on x86).
 //
 // When retention can trim records a group has not read (DropOldest, MaxAge),
 // a slot may be rewritten while a slow reader reads it, so the slots are
