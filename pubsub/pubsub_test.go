@@ -1403,6 +1403,61 @@ func TestBlockedProducerWakesWhenTheOldestRecordExpires(t *testing.T) {
 
 // Seek interrupts a record waiting out its backoff and delivers it again
 // from Attempt 1, with no backoff left to wait.
+// TestSeekWaitsForTheDeliveryInFlight: a seek on a running group lets the
+// delivery in flight finish and commit first, then moves the cursor, and the
+// worker restarts there. (The property suite repositions paused groups
+// only; see quiesce there.)
+func TestSeekWaitsForTheDeliveryInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		release := make(chan struct{})
+		var (
+			held atomic.Bool
+			mu   sync.Mutex
+			seen []string
+		)
+		g := mustSubscribe(t, topic, "billing", "b1", pubsub.HandlerFunc[string](func(_ context.Context, m pubsub.Message[string]) error {
+			if held.CompareAndSwap(false, true) {
+				<-release // the first delivery, of "a", is in flight until released
+			}
+			mu.Lock()
+			seen = append(seen, m.Value)
+			mu.Unlock()
+			return nil
+		}))
+		mustPublishValue(t, topic, "a")
+		mustPublishValue(t, topic, "b")
+		synctest.Wait() // "a" is in its handler
+		var seekDone atomic.Bool
+		go func() {
+			if err := g.Seek(0, 0); err != nil {
+				t.Errorf("Seek(0, 0): %v", err)
+			}
+			seekDone.Store(true)
+		}()
+		synctest.Wait()
+		if seekDone.Load() {
+			t.Fatal("Seek returned while a delivery was in flight")
+		}
+		close(release)
+		synctest.Wait()
+		if !seekDone.Load() {
+			t.Fatal("Seek did not return once the delivery finished")
+		}
+		drain(t, b)
+		mu.Lock()
+		defer mu.Unlock()
+		// "a" finished in the old epoch; the seek to 0 redelivers it, then "b".
+		if want := []string{"a", "a", "b"}; !slices.Equal(seen, want) {
+			t.Errorf("deliveries: got %v, want %v", seen, want)
+		}
+		if got := g.Committed(0); got != 2 {
+			t.Errorf("committed %d, want 2", got)
+		}
+	})
+}
+
 func TestSeekRestartsAttempts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
