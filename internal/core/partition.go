@@ -174,16 +174,11 @@ func (p *Partition) Index() int { return p.index }
 // End is the offset the next record will get.
 func (p *Partition) End() int64 { return p.end.Load() }
 
-// Earliest is the offset of the oldest retained record. It takes no lock
-// when retention trims unread records, and is meant for the workers, which
-// then call it per delivery.
-func (p *Partition) Earliest() int64 {
-	if p.trimsUnread {
-		return p.earliest.Load()
-	}
-	earliest, _ := p.Bounds()
-	return earliest
-}
+// trimmedBelow is the offset of the oldest retained record, without the
+// lock, for the workers of a partition whose retention trims unread records
+// (trimsUnread), which check it per delivery. Only there is it kept; see
+// earliest. Everyone else asks Bounds.
+func (p *Partition) trimmedBelow() int64 { return p.earliest.Load() }
 
 // Append stores recs at the end of the log, in order, and wakes the readers
 // waiting for them. It returns how many it stored: all of them, or, on

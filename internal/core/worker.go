@@ -140,7 +140,7 @@ func (w *worker) deliver(rec *Record) outcome {
 		attempt = gp.attempts + 1 // an earlier worker already tried it
 	}
 	for {
-		if gp.part.trimsUnread && rec.Offset < gp.part.Earliest() {
+		if gp.part.trimsUnread && rec.Offset < gp.part.trimmedBelow() {
 			gp.retryOffset, gp.attempts = -1, 0
 			return evicted
 		}
