@@ -157,14 +157,25 @@ func (b *Broker) Subscribe(topic, group, consumer string, h Handler, onLeave fun
 	}
 	g, ok := b.groups[groupKey{topic, group}]
 	if !ok {
-		if g, err = newGroup(b, t, group, cfg); err != nil {
+		// A new group takes its first consumer before it is registered, and
+		// under b.mu, so Close cannot begin in between: a Subscribe that
+		// fails leaves no group behind. Nothing is in flight in a new group,
+		// so the join does not wait for workers.
+		g, err = newGroup(b, t, group, cfg)
+		if err == nil {
+			err = g.Join(consumer, h, onLeave)
+		}
+		if err != nil {
 			b.mu.Unlock()
 			return nil, fmt.Errorf("topic %q group %q: %w", topic, group, err)
 		}
 		b.groups[groupKey{topic, group}] = g
+		b.mu.Unlock()
+		return g, nil
 	}
 	b.mu.Unlock()
-	// Outside b.mu: joining waits for workers.
+	// Outside b.mu: joining an existing group waits for the deliveries in
+	// flight on the partitions that move.
 	if err := g.Join(consumer, h, onLeave); err != nil {
 		return nil, err
 	}

@@ -934,3 +934,53 @@ func TestDeadLettersOutliveReclaimedRecords(t *testing.T) {
 		}
 	})
 }
+
+// TestSubscribeRacingCloseLeavesNoGroup: a Subscribe that fails because
+// Close began changes nothing. Each round races Subscribes that create new
+// groups against Close; a failed one must leave no group registered, and a
+// successful one must have registered its group with its consumer. The race
+// is real (no synctest), so one round may see any interleaving.
+func TestSubscribeRacingCloseLeavesNoGroup(t *testing.T) {
+	const rounds, subscribers = 200, 4
+	ack := func(context.Context, *Record, int) error { return nil }
+	failed := 0
+	for range rounds {
+		b, err := NewBroker(Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.CreateTopic("orders", TopicConfig{Partitions: 2}); err != nil {
+			t.Fatal(err)
+		}
+		errs := make([]error, subscribers)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() {
+				_, errs[i] = b.Subscribe("orders", fmt.Sprintf("g%d", i), "c", ack, nil, GroupConfig{})
+			})
+		}
+		wg.Go(func() {
+			if err := b.Close(context.Background()); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+		wg.Wait()
+		for i, err := range errs {
+			g, lookup := b.Group(fmt.Sprintf("g%d", i), "orders")
+			switch {
+			case err == nil && lookup != nil:
+				t.Errorf("g%d: Subscribe succeeded but the group is gone: %v", i, lookup)
+			case err == nil && len(g.Assignment()["c"]) != 2:
+				t.Errorf("g%d: Subscribe succeeded but assignment is %v", i, g.Assignment())
+			case err != nil && !errors.Is(err, ErrClosed):
+				t.Errorf("g%d: Subscribe: %v, want ErrClosed", i, err)
+			case err != nil && !errors.Is(lookup, ErrSubscription):
+				t.Errorf("g%d: Subscribe failed (%v) but left a group behind (lookup: %v)", i, err, lookup)
+			}
+			if err != nil {
+				failed++
+			}
+		}
+	}
+	t.Logf("%d of %d Subscribes lost the race to Close", failed, rounds*subscribers)
+}
