@@ -146,10 +146,13 @@
 // Memory is bounded by retention: about MaxMessages × partitions × (the
 // encoded record size + roughly 120 bytes of bookkeeping: the record header
 // and its slot). 4 partitions × 1024 records of 1 KiB is about 4.5 MiB. The
-// Bytes, String and Int codecs encode a new record into the buffers of one
-// every group has committed past, so publishing allocates nothing for its
-// bytes; a reused buffer keeps its size, so there the record size to count
-// is the largest one, up to 1 KiB.
+// Bytes, RawBytes, String and Int codecs encode a new record into the
+// buffers of one every group has committed past, so publishing allocates
+// nothing for its bytes; a reused buffer keeps its size, so there the
+// record size to count is the largest one, up to 1 KiB. A delivery
+// allocates the value it decodes (with Bytes, a copy of the bytes);
+// RawBytes saves that allocation by handing the handler the log's own
+// bytes, valid until it returns.
 //
 // Each group runs one parked goroutine per partition (a few KiB of stack
 // each) and costs no CPU while idle: workers wait on channels, never on

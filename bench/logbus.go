@@ -25,8 +25,13 @@ import (
 //
 // batch > 1 selects the "logbus-batch" variant: the producers publish up to
 // batch messages per call, PublishValues (S1, S2) or PublishBatch (S3).
+//
+// raw selects the "logbus-raw" variant: codec.RawBytes instead of
+// codec.Bytes, so a handler reads the log's own bytes instead of a copy
+// (the tracker reads them during the call, as RawBytes requires).
 type logbusPeer struct {
 	json  bool
+	raw   bool
 	batch int
 }
 
@@ -34,6 +39,8 @@ func (p logbusPeer) name() string {
 	switch {
 	case p.json:
 		return "logbus-json"
+	case p.raw:
+		return "logbus-raw"
 	case p.batch > 1:
 		return "logbus-batch"
 	}
@@ -77,7 +84,11 @@ func (p logbusPeer) run(sc scenario, n int) (result, error) {
 	if p.batch > 1 {
 		return runLogbusBatches(sc, n, p.batch)
 	}
-	return runLogbus(sc, n, codec.Bytes(),
+	values := codec.Bytes()
+	if p.raw {
+		values = codec.RawBytes()
+	}
+	return runLogbus(sc, n, values,
 		func(seq uint64, stamp bool, buf []byte) []byte {
 			// The bytes codec copies on Encode, so the producer's
 			// buffer can be reused for every message: no allocation

@@ -15,6 +15,10 @@
 //     a handler that mutates its value must not be able to change the
 //     record for others.
 //
+// [RawBytes] is the one exception to the second rule, for consumers that
+// only read a value while it is delivered: it hands out the stored bytes
+// themselves, valid until the handler returns.
+//
 // A Codec must also be safe for concurrent use, because publishers and
 // consumers call it from many goroutines at once. All codecs in this package
 // are stateless, so they satisfy this without locking.
@@ -22,6 +26,8 @@
 // Choosing a codec:
 //
 //   - [Bytes] and [String] for payloads that already are bytes or text.
+//   - [RawBytes] for byte payloads that handlers only read during the call,
+//     to save a copy per delivery.
 //   - [Int] for integer keys, offsets and counters: fixed width, no
 //     allocation beyond the result, and byte order matches numeric order for
 //     unsigned types.
@@ -57,7 +63,8 @@ type Codec[T any] interface {
 // the buffers of a record it freed earlier (one every group had committed
 // past), so a steady stream of small records allocates nothing for their
 // bytes. That reuse is safe only because of Decode's rule above: no decoded
-// value may share memory with the record it came from.
+// value may share memory with the record it came from (or, for RawBytes,
+// outlive the handler it was given to).
 //
 // AppendEncode appends the encoding of v to dst and returns the extended
 // slice, with the same bytes Encode would return; where Encode returns nil,

@@ -1,6 +1,7 @@
 package codec_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -69,6 +70,19 @@ func ExampleBytes() {
 	fmt.Println(string(buf), string(v), string(stored))
 	// Output:
 	// Jello Cello hello
+}
+
+func ExampleRawBytes() {
+	c := codec.RawBytes()
+	stored, _ := c.Encode([]byte("hello"))
+
+	// The stored bytes themselves, no copy: read them during the call that
+	// delivers them, and clone them to keep them.
+	v, _ := c.Decode(stored)
+	kept := bytes.Clone(v)
+	fmt.Println(string(v), &v[0] == &stored[0], string(kept))
+	// Output:
+	// hello true hello
 }
 
 // Celsius is stored as decimal text, using Func to adapt strconv.

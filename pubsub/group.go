@@ -41,7 +41,9 @@ func (f HandlerFunc[V]) Handle(ctx context.Context, msg Message[V]) error { retu
 // consumer's own copies: changing them changes nothing for anyone else. A
 // short Key shares one allocation with the keys of other messages of its
 // partition (as Message.ID shares one with other IDs), so keeping a Key
-// keeps up to 1 KiB alive; copy it to keep many.
+// keeps up to 1 KiB alive; copy it to keep many. Value is the consumer's
+// own too, except with codec.RawBytes, where it is the log's memory and
+// valid only until the handler returns (see there).
 type Message[V any] struct {
 	ID        string // unique per record, the same for every group and every redelivery (see WithIDs)
 	Topic     string
@@ -233,7 +235,11 @@ func (g *Group[V]) DeadLetters() []DeadLetter[V] {
 	letters := g.eng.DeadLetters()
 	out := make([]DeadLetter[V], len(letters))
 	for i, l := range letters {
-		v, _ := g.values.Decode(l.Record.Value) // the zero V when it cannot be decoded, as documented
+		// The zero V when it cannot be decoded, as documented. Decoded from a
+		// copy, so that a codec that hands out the bytes it decodes
+		// (codec.RawBytes) gives the caller memory of its own, not the
+		// letter's, which the next call decodes again.
+		v, _ := g.values.Decode(bytes.Clone(l.Record.Value))
 		out[i] = DeadLetter[V]{Attempts: l.Attempts, Err: l.Err, FailedAt: l.FailedAt}
 		// The Message a handler was given, built by the same code.
 		_ = handOver(context.Background(), func(_ context.Context, m Message[V]) error {

@@ -433,6 +433,64 @@ func TestWhatOutlivesARecordKeepsItsBytes(t *testing.T) {
 	})
 }
 
+// With codec.RawBytes a handler reads the log's own bytes: every group gets
+// the same memory for a record, and what it reads during the call is the
+// record's value even though the log reuses its buffers for later records.
+// A dead letter's Value is the caller's own even so.
+func TestRawBytesHandsOutTheLogsBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		topic := mustTopic(t, b, "orders", codec.String(), codec.RawBytes(),
+			pubsub.WithRetention(pubsub.Retention{MaxMessages: 2}))
+		const n = 100 // equal lengths, so every record fits the buffer it reuses
+		want := func(offset int64) string { return fmt.Sprintf("value-%03d", offset) }
+		var mu sync.Mutex
+		first := map[string][]*byte{} // per group, where each record's first byte was
+		handler := func(group string) pubsub.HandlerFunc[[]byte] {
+			return func(_ context.Context, msg pubsub.Message[[]byte]) error {
+				if got := string(msg.Value); got != want(msg.Offset) {
+					t.Errorf("%s: offset %d reads %q during its delivery, want %q", group, msg.Offset, got, want(msg.Offset))
+				}
+				mu.Lock()
+				first[group] = append(first[group], &msg.Value[0])
+				mu.Unlock()
+				if group == "billing" && msg.Offset == 0 {
+					return pubsub.ErrPermanent
+				}
+				return nil
+			}
+		}
+		billing := mustSubscribe(t, topic, "billing", "c", handler("billing"))
+		mustSubscribe(t, topic, "audit", "c", handler("audit"))
+		for i := range int64(n) {
+			mustPublishValue(t, topic, []byte(want(i)))
+		}
+		drain(t, b)
+		if got := topic.Stats().Reclaimed; got < n-2 {
+			t.Fatalf("reclaimed %d records, want at least %d: the test needs reuse", got, n-2)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(first["billing"]) != n || len(first["audit"]) != n {
+			t.Fatalf("delivered %d and %d records, want %d each", len(first["billing"]), len(first["audit"]), n)
+		}
+		for i := range n {
+			if first["billing"][i] != first["audit"][i] {
+				t.Fatalf("offset %d: the groups got different memory; RawBytes should hand out the log's bytes", i)
+			}
+		}
+
+		letters := billing.DeadLetters()
+		if len(letters) != 1 || string(letters[0].Message.Value) != want(0) {
+			t.Fatalf("dead letters: %+v, want one reading %q", letters, want(0))
+		}
+		copy(letters[0].Message.Value, "XXXXX")
+		if got := string(billing.DeadLetters()[0].Message.Value); got != want(0) {
+			t.Errorf("after the caller wrote to its dead letter's Value, the letter reads %q, want %q", got, want(0))
+		}
+	})
+}
+
 // Key, Headers and Value are each consumer's own copies: what one group's
 // handler does to them is not seen by another group, nor by its own next
 // delivery of the record.
