@@ -21,6 +21,10 @@ var _ pubsub.Handler[int] = (*Recorder[int])(nil)
 // testing/synctest bubble. The zero Recorder is ready to use; a Recorder
 // must not be copied after first use. Once WaitFor has been called inside a
 // bubble, the Recorder belongs to that bubble: use a fresh one per bubble.
+//
+// A Recorder keeps the messages it is given, so the topic it records must
+// decode into values of their own: codec.Bytes, not codec.RawBytes, whose
+// values are valid only while the handler runs.
 type Recorder[V any] struct {
 	mu    sync.Mutex
 	fail  func(pubsub.Message[V]) error
