@@ -539,3 +539,48 @@ func TestStreamCloseBeforeReceiveKeepsTheAttempt(t *testing.T) {
 		}
 	})
 }
+
+// With codec.RawBytes a Stream delivery's Value is the log's memory, valid
+// until the delivery is settled: while a delivery is held, the producers
+// cannot reuse its record (retention 2 makes them wait), and every value
+// reads right however long it is held, nacked ones included.
+func TestStreamRawBytesValuesLastUntilSettled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond}))
+		topic := mustTopic(t, b, "tasks", codec.String(), codec.RawBytes(),
+			pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: time.Hour}))
+		s, err := topic.Stream("workers", "w1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 20
+		want := func(offset int64) string { return fmt.Sprintf("task-%03d", offset) }
+		go func() {
+			for i := range int64(n) {
+				if _, err := topic.PublishValue(context.Background(), []byte(want(i))); err != nil {
+					t.Errorf("publish %d: %v", i, err)
+				}
+			}
+		}()
+		for i := int64(0); i < n; {
+			d := recv(t, s)
+			synctest.Wait() // hold it while the producer fills the partition and waits
+			if got := string(d.Value); got != want(d.Offset) {
+				t.Fatalf("offset %d reads %q while held, want %q", d.Offset, got, want(d.Offset))
+			}
+			if d.Offset%5 == 0 && d.Attempt == 1 {
+				d.Nack(errBoom) // comes back, the same record
+				continue
+			}
+			d.Ack()
+			i++
+		}
+		drain(t, b)
+		if got := topic.Stats().Reclaimed; got < n-2 {
+			t.Fatalf("reclaimed %d records, want at least %d: the test needs reuse", got, n-2)
+		}
+		if got, want := s.Group().Stats(), (pubsub.GroupStats{Delivered: n, Retried: 4}); got != want {
+			t.Errorf("stats: got %+v, want %+v", got, want)
+		}
+	})
+}
