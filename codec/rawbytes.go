@@ -16,7 +16,7 @@ package codec
 // (bytes.Clone), and a test that records the values it receives must use
 // Bytes. A handler that writes to a value changes what the other consumer
 // groups read. Such misuse is a data race with the log's own use of the
-// memory, which go test -race usually reports.
+// memory, which the race detector usually reports.
 //
 // The decoded slice's capacity equals its length, so appending to it
 // copies instead of writing into the log's memory. Encoding is Bytes': it
