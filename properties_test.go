@@ -835,10 +835,11 @@ func (m *machine) checkCommits(t *rapid.T) {
 // (one ack or one dead letter), every final outcome lies below the cursor
 // (every ack is reflected in the committed offset), and the offsets the
 // cursor passed without an outcome are exactly the ones the group counted
-// as Skipped: nothing is lost silently.
+// as Skipped: nothing is lost silently. The group counts as Delivered
+// exactly the acks its handlers gave.
 func (m *machine) checkAccounting(t *rapid.T) {
 	for group, g := range m.groups {
-		var unexplained int64
+		var unexplained, acks int64
 		for p := range m.partitions {
 			k := gp{group, p}
 			committed := g.Committed(p)
@@ -853,6 +854,7 @@ func (m *machine) checkAccounting(t *rapid.T) {
 				finals := 0
 				for off, n := range e.acked {
 					finals++
+					acks += int64(n)
 					if n+e.dead[off] > 1 || off < e.start || off >= stop {
 						t.Fatalf("at-least-once: %s p%d epoch %d [%d, %d): offset %d acked %d times and dead-lettered %d times",
 							group, p, i, e.start, stop, off, n, e.dead[off])
@@ -870,8 +872,12 @@ func (m *machine) checkAccounting(t *rapid.T) {
 				unexplained += stop - e.start - int64(finals)
 			}
 		}
-		if skipped := g.Stats().Skipped; unexplained != skipped {
-			t.Fatalf("accounting: %s passed %d offsets without an outcome but counted %d skipped", group, unexplained, skipped)
+		stats := g.Stats()
+		if unexplained != stats.Skipped {
+			t.Fatalf("accounting: %s passed %d offsets without an outcome but counted %d skipped", group, unexplained, stats.Skipped)
+		}
+		if acks != stats.Delivered {
+			t.Fatalf("accounting: %s's handlers acked %d times but it counted %d delivered", group, acks, stats.Delivered)
 		}
 	}
 }
