@@ -655,6 +655,42 @@ func TestDeliveryStateWalk(t *testing.T) {
 	})
 }
 
+// TestAcksShownWhenAWorkerStopsMidRead: an ack the worker leaves for its next
+// record's InFlight to show is counted while that record's handler runs, and
+// shown with the state Acked when the worker stops before reaching it.
+func TestAcksShownWhenAWorkerStopsMidRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicConfig{})
+		for _, v := range values("e", 5) {
+			publish(t, orders, "", v) // before anyone reads: the first read takes all five
+		}
+		inSecond, release := make(chan struct{}), make(chan struct{})
+		g := subscribe(t, b, "orders", "billing", "b1", func(_ context.Context, rec *Record, _ int) error {
+			if rec.Offset == 1 {
+				close(inSecond)
+				<-release
+			}
+			return nil
+		})
+		<-inSecond
+		if got, state := g.Stats().Delivered, g.DeliveryState(0); got != 1 || state != InFlight {
+			t.Fatalf("during the second delivery: delivered %d, state %v; want 1, in-flight", got, state)
+		}
+		paused := make(chan struct{})
+		go func() {
+			g.Pause()
+			close(paused)
+		}()
+		synctest.Wait() // Pause has stopped the worker and waits for its delivery
+		close(release)
+		<-paused
+		if got, state := g.Stats().Delivered, g.DeliveryState(0); got != 2 || state != Acked || g.Committed(0) != 2 {
+			t.Errorf("after Pause: delivered %d, state %v, committed %d; want 2, acked, 2", got, state, g.Committed(0))
+		}
+	})
+}
+
 func TestGracefulShutdownThenClosedErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})

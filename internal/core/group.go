@@ -37,7 +37,9 @@ type GroupStats struct {
 }
 
 // DeliveryState is where the current record of one (group, partition) is in
-// its delivery: the state diagram of the design, visible for tests.
+// its delivery: the state diagram of the design, visible for tests. A worker
+// that goes straight on to the next record it read shows that record's
+// InFlight without an Acked in between.
 type DeliveryState int32
 
 const (
@@ -108,10 +110,12 @@ type groupPartition struct {
 	w      *worker // guarded by Group.lock; nil when no worker runs
 
 	// progress is the partition's DeliveryState (the low 8 bits) and the
-	// count of its acks (the rest), in one word so that an ack is one
-	// atomic store. Only the running worker writes it (see retryOffset), so
-	// a store of a value computed from its own last store loses nothing.
+	// count of its acks (the rest), in one word so that a state and the
+	// count are one atomic store. Only the running worker writes it (see
+	// retryOffset), from acks, its own count.
 	progress atomic.Uint64
+	acks     uint64 // the acks so far; see ack for when progress shows them
+	unshown  bool   // an ack is counted in acks but not yet in progress
 
 	// The attempts made on the record at retryOffset, kept across workers so
 	// that a redelivery after a rebalance continues the count. Only the
@@ -123,14 +127,31 @@ type groupPartition struct {
 	_ cacheLinePad // progress is written per delivery: keep other partitions' off its line
 }
 
-// setState records where the current delivery stands; acked counts an ack
-// with it.
-func (gp *groupPartition) setState(s DeliveryState, acked bool) {
-	p := gp.progress.Load() &^ 0xff
-	if acked {
-		p += 1 << 8
+// setState records where the current delivery stands, and the acks so far.
+func (gp *groupPartition) setState(s DeliveryState) {
+	gp.unshown = false
+	gp.progress.Store(gp.acks<<8 | uint64(s))
+}
+
+// ack counts an ack. When the worker goes straight on to its next record
+// (more is true), the count is shown with that record's InFlight rather
+// than by an Acked of its own: one atomic store per delivery rather than
+// two, and the count is exact whenever a handler runs. showAck shows it if
+// the worker stops before then.
+func (gp *groupPartition) ack(more bool) {
+	gp.acks++
+	if more {
+		gp.unshown = true
+		return
 	}
-	gp.progress.Store(p | uint64(s))
+	gp.setState(Acked)
+}
+
+// showAck stores the state Acked if an ack is not shown yet.
+func (gp *groupPartition) showAck() {
+	if gp.unshown {
+		gp.setState(Acked)
+	}
 }
 
 func newGroup(b *Broker, t *Topic, name string, cfg GroupConfig) (*Group, error) {

@@ -86,13 +86,18 @@ func (w *worker) run() {
 // outcome. It reports false when the worker must exit.
 func (w *worker) deliverBatch(recs []*Record) bool {
 	defer clear(recs) // drop the references so trimmed records can be freed
-	cursor := w.gp.cursor
-	for _, rec := range recs {
+	gp, cursor := w.gp, w.gp.cursor
+	defer gp.showAck() // an early return leaves no ack unshown
+	for i, rec := range recs {
 		switch w.deliver(rec) {
 		case interrupted:
 			return false // no commit: the record is delivered again later
 		case evicted:
 			return true // the next read finds the cursor trimmed, skips and counts
+		case acked:
+			// Shown before the commit, so that whoever the commit wakes
+			// (Drain) sees it.
+			gp.ack(i < len(recs)-1)
 		}
 		// Once committed, rec may be reused for another record: see Record.
 		next := rec.Offset + 1
@@ -121,7 +126,8 @@ func (w *worker) committed(next int64) {
 type outcome int
 
 const (
-	settled     outcome = iota // acked or dead-lettered: commit it
+	acked       outcome = iota // the handler returned nil: count it, commit it
+	parked                     // failed for good and dead-lettered: commit it
 	interrupted                // the worker was stopped first: no commit
 	evicted                    // retention trimmed it before an attempt began: skip it
 )
@@ -145,13 +151,12 @@ func (w *worker) deliver(rec *Record) outcome {
 			return evicted
 		}
 		gp.retryOffset, gp.attempts = rec.Offset, attempt
-		gp.setState(InFlight, false)
+		gp.setState(InFlight)
 		err := w.call(rec, attempt)
 		switch {
 		case err == nil:
 			gp.retryOffset, gp.attempts = -1, 0
-			gp.setState(Acked, true)
-			return settled
+			return acked
 		case errors.Is(err, ErrNotDelivered):
 			gp.attempts = attempt - 1 // it never happened
 			return interrupted
@@ -168,12 +173,12 @@ func (w *worker) deliver(rec *Record) outcome {
 				FailedAt: g.broker.clock.Now(),
 			})
 			gp.retryOffset, gp.attempts = -1, 0
-			gp.setState(DeadLettered, false)
+			gp.setState(DeadLettered)
 			g.deadLettered.Add(1)
-			return settled
+			return parked
 		}
 		g.retried.Add(1)
-		gp.setState(RetryScheduled, false)
+		gp.setState(RetryScheduled)
 		t := time.NewTimer(g.retry.Delay(attempt))
 		select {
 		case <-t.C:
