@@ -682,7 +682,7 @@ func TestAcksShownWhenAWorkerStopsMidRead(t *testing.T) {
 			g.Pause()
 			close(paused)
 		}()
-		synctest.Wait() // Pause has stopped the worker and waits for its delivery
+		synctest.Wait() // Pause has told the worker to stop and waits for its delivery
 		close(release)
 		<-paused
 		if got, state := g.Stats().Delivered, g.DeliveryState(0); got != 2 || state != Acked || g.Committed(0) != 2 {

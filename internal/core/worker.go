@@ -95,8 +95,8 @@ func (w *worker) deliverBatch(recs []*Record) bool {
 		case evicted:
 			return true // the next read finds the cursor trimmed, skips and counts
 		case acked:
-			// Shown before the commit, so that whoever the commit wakes
-			// (Drain) sees it.
+			// The last record's ack is shown before its commit, which may
+			// wake Drain; the others go out with the next InFlight.
 			gp.ack(i < len(recs)-1)
 		}
 		// Once committed, rec may be reused for another record: see Record.
