@@ -115,7 +115,6 @@ type groupPartition struct {
 	// retryOffset), from acks, its own count.
 	progress atomic.Uint64
 	acks     uint64 // the acks so far; see ack for when progress shows them
-	unshown  bool   // an ack is counted in acks but not yet in progress
 
 	// The attempts made on the record at retryOffset, kept across workers so
 	// that a redelivery after a rebalance continues the count. Only the
@@ -129,7 +128,6 @@ type groupPartition struct {
 
 // setState records where the current delivery stands, and the acks so far.
 func (gp *groupPartition) setState(s DeliveryState) {
-	gp.unshown = false
 	gp.progress.Store(gp.acks<<8 | uint64(s))
 }
 
@@ -140,16 +138,14 @@ func (gp *groupPartition) setState(s DeliveryState) {
 // the worker stops before then.
 func (gp *groupPartition) ack(more bool) {
 	gp.acks++
-	if more {
-		gp.unshown = true
-		return
+	if !more {
+		gp.setState(Acked)
 	}
-	gp.setState(Acked)
 }
 
-// showAck stores the state Acked if an ack is not shown yet.
+// showAck stores the state Acked if progress does not show every ack yet.
 func (gp *groupPartition) showAck() {
-	if gp.unshown {
+	if gp.progress.Load()>>8 != gp.acks {
 		gp.setState(Acked)
 	}
 }
