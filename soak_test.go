@@ -145,7 +145,7 @@ func TestSoak(t *testing.T) {
 		earliest, end, _ := blocking.Offsets(p)
 		replayedRecords += end - earliest
 	}
-	if err := replayed.Replay(0); err != nil {
+	if err := replayed.Replay(context.Background(), pubsub.AtOffset(0)); err != nil {
 		t.Fatal(err)
 	}
 	soakDrain(t, b)
@@ -261,7 +261,7 @@ func soakPublish(t *testing.T, topic *pubsub.Topic[string, int], from, to int, g
 func soakChurn(t *testing.T, topic *pubsub.Topic[string, int], sg *soakGroup) {
 	if sg.extras > 0 {
 		sg.extras--
-		if err := sg.group.Leave("extra"); err != nil {
+		if err := sg.group.Leave(context.Background(), "extra"); err != nil {
 			t.Errorf("churn: %v", err)
 		}
 		return

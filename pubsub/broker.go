@@ -2,7 +2,6 @@ package pubsub
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -17,6 +16,9 @@ import (
 type Broker struct {
 	eng engine
 	err error // an invalid BrokerOption, reported by NewTopic
+
+	closeMu  sync.Mutex
+	closeErr [2]error // the engine's Close error and what Close made of it, so every Close returns the same value
 }
 
 // BrokerOption configures a Broker. Options only record; NewBroker checks
@@ -102,7 +104,7 @@ func NewBroker(opts ...BrokerOption) *Broker {
 	eng, err := core.NewBroker(cfg)
 	if err != nil {
 		eng, _ = core.NewBroker(core.Config{Clock: cfg.Clock, IDs: cfg.IDs})
-		err = fmt.Errorf("logbus: new broker: %w", err)
+		err = fail(err, "new broker")
 	}
 	return &Broker{eng: eng, err: err}
 }
@@ -135,55 +137,105 @@ const (
 
 func (s State) String() string { return core.State(s).String() }
 
-// State returns the broker's lifecycle stage.
-func (b *Broker) State() State { return State(b.eng.State()) }
+// State returns the broker's lifecycle stage. It panics with a message
+// that says so on a Broker that NewBroker did not make.
+func (b *Broker) State() State {
+	if b.eng == nil {
+		panic(errNoBroker)
+	}
+	return State(b.eng.State())
+}
 
-// Drain blocks until every group that can make progress has committed every
-// record published before the call, and returns nil; or until ctx ends, and
-// returns ctx's error, wrapped. It is the barrier tests wait on instead of
-// sleeping: it is woken by commits and never polls.
+// check reports a nil context or a Broker that NewBroker did not make.
+func (b *Broker) check(ctx context.Context) error {
+	switch {
+	case b == nil || b.eng == nil:
+		return errNoBroker
+	case ctx == nil:
+		return errNilContext
+	}
+	return nil
+}
+
+// Drain blocks until every group has committed every record published
+// before the call, and returns nil. It is the barrier tests wait on instead
+// of sleeping: it is woken by commits and never polls.
 //
-// A paused group, or one whose consumers have all left, cannot make
-// progress, so Drain does not wait for it (it would wait forever); its Lag
-// stays visible. Records published while Drain waits may or may not be
+// Drain never returns nil while a group has lag. A group with lag that
+// cannot make progress (paused, or whose consumers have all left) makes it
+// return at once an error wrapping ErrStalled that names the group; when
+// ctx ends first, it returns an error wrapping ctx's that names the groups
+// left behind. Records published while Drain waits may or may not be
 // waited for.
-func (b *Broker) Drain(ctx context.Context) error { return b.eng.Drain(ctx) }
+func (b *Broker) Drain(ctx context.Context) error {
+	if err := b.check(ctx); err != nil {
+		return fail(err, "drain")
+	}
+	return fail(b.eng.Drain(ctx), "drain")
+}
 
 // Close shuts the broker down gracefully. It refuses new publishes, topics
 // and subscriptions with ErrClosed, and fails producers blocked on a full
-// partition with ErrClosed; drains as Drain does, bounded by ctx; when ctx
-// ends first, cancels the context handlers were given; stops every worker
-// and waits for it; closes every Stream's channel; and sets the state to
-// Stopped.
+// partition with ErrClosed; drains the groups that can make progress,
+// bounded by ctx; stops every worker and waits for it; closes every
+// Stream's channel; and sets the state to Stopped.
+//
+// Close returns by the time ctx ends, plus at most 10ms: when ctx ends it
+// cancels the context handlers were given and gives them those 10ms to
+// return. A handler that ignores its context still runs after Close
+// returned; it finishes in the background, commits nothing (its record
+// counts as not delivered), and its goroutine then exits.
 //
 // It returns nil when every group committed everything. Otherwise it returns
-// a *ShutdownError naming each (group, topic, partition) left behind, which
-// wraps ctx's error when ctx ended first. Records left behind were not
+// a *ShutdownError naming each (group, topic, partition) left behind, with
+// Running set where a handler was still running; it wraps ctx's error when
+// ctx ended first, or an error wrapping ErrStalled when a paused group or
+// one without consumers could not drain. Records left behind were not
 // committed, so nothing acked is lost; nothing is persisted either, so they
 // are gone with the broker.
 //
 // Close is idempotent and safe to call from many goroutines: later calls
 // wait for the first, bounded by their own ctx, and return its result. A
-// handler must not call Close: Close waits for handlers to return.
-func (b *Broker) Close(ctx context.Context) error { return b.eng.Close(ctx) }
+// handler must not call Close without a deadline: Close waits for handlers
+// to return.
+func (b *Broker) Close(ctx context.Context) error {
+	if err := b.check(ctx); err != nil {
+		return fail(err, "close")
+	}
+	err := b.eng.Close(ctx)
+	b.closeMu.Lock()
+	defer b.closeMu.Unlock()
+	if err != b.closeErr[0] || b.closeErr[1] == nil {
+		b.closeErr = [2]error{err, fail(err, "close")}
+	}
+	return b.closeErr[1]
+}
 
 // Lag returns how many records of topic the group has yet to commit, over
 // all partitions. An unknown topic is ErrTopicNotFound, an unknown group
-// ErrSubscription.
+// ErrSubscription. It does not block.
 func (b *Broker) Lag(group, topic string) (int64, error) {
+	if err := b.check(context.Background()); err != nil {
+		return 0, fail(err, "lag of group %q on topic %q", group, topic)
+	}
 	g, err := b.eng.Group(group, topic)
 	if err != nil {
-		return 0, err
+		return 0, fail(err, "lag of group %q on topic %q", group, topic)
 	}
 	return g.Lag(), nil
 }
 
-// Replay rewinds the group on every partition of topic to max(from, earliest
-// retained offset), or to the end where from is past it; see Group.Replay.
-func (b *Broker) Replay(group, topic string, from int64) error {
+// Replay moves the cursors of an existing group on every partition of topic
+// to from; see Group.Replay. An unknown topic is ErrTopicNotFound, an
+// unknown group ErrSubscription: to start a new group somewhere other than
+// the earliest record, use StartAt.
+func (b *Broker) Replay(ctx context.Context, group, topic string, from Start) error {
+	if err := b.check(ctx); err != nil {
+		return fail(err, "replay group %q on topic %q", group, topic)
+	}
 	g, err := b.eng.Group(group, topic)
 	if err != nil {
-		return err
+		return fail(err, "replay group %q on topic %q", group, topic)
 	}
-	return g.Replay(from)
+	return fail(g.Replay(ctx, from.core), "replay group %q on topic %q from %v", group, topic, from)
 }

@@ -45,12 +45,12 @@ type (
 	}
 	engineGroup interface {
 		Name() string
-		Leave(consumer string) error
+		Leave(ctx context.Context, consumer string) error
 		Assignment() map[string][]int
-		Pause()
+		Pause(ctx context.Context) error
 		Resume()
-		Seek(partition int, offset int64) error
-		Replay(from int64) error
+		Seek(ctx context.Context, partition int, offset int64) error
+		Replay(ctx context.Context, from core.Start) error
 		Committed(partition int) int64
 		Lag() int64
 		Stats() core.GroupStats

@@ -1,36 +1,46 @@
 package pubsub
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/logbus/logbus/internal/core"
 )
 
-// The sentinel errors. Match them with errors.Is: every error logbus returns
-// wraps one of them (or a context's error) with the topic, partition, offset
-// or group it concerns.
+// The sentinel errors. Every error a pubsub call returns wraps one of them
+// or a context's error, so errors.Is tells what went wrong; the message
+// starts with "logbus: " and the call's own verb, then names the topic,
+// group, partition or offset it concerns.
 var (
 	// ErrTopicExists is returned by NewTopic for a name already taken.
 	ErrTopicExists = core.ErrTopicExists
 	// ErrTopicNotFound is returned for a topic name that was never created
 	// (Broker.Lag, Broker.Replay).
 	ErrTopicNotFound = core.ErrTopicNotFound
-	// ErrClosed is returned by Publish, NewTopic, Subscribe, Stream, Seek and
-	// Replay once Close has begun.
+	// ErrClosed is returned by Publish, NewTopic, Subscribe, Stream, Leave,
+	// Seek and Replay once Close has begun.
 	ErrClosed = core.ErrClosed
 	// ErrBackpressure is returned by Publish when a Block partition stayed
-	// full for the whole BlockTimeout. Nothing was appended.
+	// full for the whole BlockTimeout. Nothing was appended. The message
+	// names the group holding the oldest record.
 	ErrBackpressure = core.ErrBackpressure
 	// ErrOffsetOutOfRange is returned by Seek for an offset below the earliest
 	// retained record or past the end of the partition.
 	ErrOffsetOutOfRange = core.ErrOffsetOutOfRange
 	// ErrSubscription is returned for an empty group or consumer name, a
-	// duplicate consumer, a nil handler, or an unknown group or consumer.
+	// duplicate consumer, a nil handler, options that differ from those of
+	// the group being joined, or an unknown group or consumer.
 	ErrSubscription = core.ErrSubscription
-	// ErrInvalid is returned for an impossible configuration value: a
-	// partition count below 1, a negative capacity, a negative retry count, a
-	// nil codec, a partition that does not exist.
+	// ErrInvalid is returned for an impossible configuration value or
+	// argument: a partition count below 1 or above MaxPartitions, a negative
+	// bound, a negative retry count, a nil codec, context or broker, a
+	// partition that does not exist, a value or key its codec cannot encode.
 	ErrInvalid = core.ErrInvalid
+	// ErrStalled is returned by Drain, and wrapped by Close's
+	// ShutdownError, when a group with lag cannot make progress: it is
+	// paused, or has no consumers. The message names the groups.
+	ErrStalled = core.ErrStalled
 	// ErrPermanent is for handlers to wrap when retrying cannot help:
 	//
 	//	return fmt.Errorf("order %s: unknown currency: %w", id, pubsub.ErrPermanent)
@@ -58,18 +68,88 @@ func (e *DecodeError) Error() string {
 func (e *DecodeError) Unwrap() []error { return []error{e.Err, ErrPermanent} }
 
 // PanicError is the error of a delivery whose handler panicked: the worker
-// recovers, keeps running, and counts the attempt as failed. Value is what
-// was passed to panic and Stack the handler's stack at that moment; Unwrap
-// returns Value when it is an error.
-type PanicError = core.PanicError
+// recovers, keeps running, and counts the attempt as failed. Find it in a
+// dead letter with errors.AsType[*pubsub.PanicError](letter.Err).
+type PanicError struct {
+	Value any    // what was passed to panic
+	Stack []byte // the handler's stack at the panic
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("logbus: handler panicked: %v", e.Value) }
+
+// Unwrap returns Value when it is an error, so errors.Is sees through a
+// panic(err).
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
 
 // ShutdownError is returned by Broker.Close when records were left
-// undelivered, because Close's context ended before the drain finished (then
-// it wraps the context's error) or because a paused group, or one whose
-// consumers all left, could not drain. Unfinished lists each (group, topic,
-// partition) with its committed and end offsets.
-type ShutdownError = core.ShutdownError
+// undelivered. Err says why: the context's error when Close's context ended
+// before the drain finished, or an error wrapping ErrStalled when a paused
+// group, or one whose consumers all left, could not drain at all.
+// Unfinished lists each (group, topic, partition) left behind.
+type ShutdownError struct {
+	Unfinished []Unfinished
+	Err        error
+}
+
+func (e *ShutdownError) Error() string {
+	var b strings.Builder
+	b.WriteString("logbus: close left records undelivered")
+	if e.Err != nil {
+		fmt.Fprintf(&b, " (%v)", e.Err)
+	}
+	for i, u := range e.Unfinished {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "group %q topic %q partition %d committed %d end %d", u.Group, u.Topic, u.Partition, u.Committed, u.End)
+		if u.Running {
+			b.WriteString(" (handler still running)")
+		}
+	}
+	return b.String()
+}
+
+// Unwrap returns Err.
+func (e *ShutdownError) Unwrap() error { return e.Err }
 
 // Unfinished is one partition a group had not finished when the broker
 // stopped; see ShutdownError.
-type Unfinished = core.Unfinished
+type Unfinished struct {
+	Group     string
+	Topic     string
+	Partition int
+	Committed int64 // the next offset the group would have read
+	End       int64 // the offset the next record would have had
+	// Running is set when the partition's handler was still running when
+	// Close returned: it ignored its context. It finishes in the background
+	// and commits nothing; its record counts as not delivered.
+	Running bool
+}
+
+// fail returns err, from the engine, as a pubsub error: "logbus: " and the
+// call's verb in front, and the engine's error types turned into pubsub's.
+// nil stays nil.
+func fail(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	if se, ok := errors.AsType[*core.ShutdownError](err); ok {
+		out := &ShutdownError{Err: se.Err, Unfinished: make([]Unfinished, len(se.Unfinished))}
+		for i, u := range se.Unfinished {
+			out.Unfinished[i] = Unfinished(u)
+		}
+		return out
+	}
+	return fmt.Errorf("logbus: "+format+": %w", append(args, err)...)
+}
+
+// errNilContext is the error of a call given a nil context.
+var errNilContext = fmt.Errorf("%w: nil context", ErrInvalid)
+
+// errNoBroker is the error of a call on a Broker that NewBroker did not make.
+var errNoBroker = fmt.Errorf("%w: a Broker must be made by NewBroker, not declared", ErrInvalid)

@@ -266,19 +266,19 @@ func TestUnknownNamesAndBadReplay(t *testing.T) {
 			return err
 		}, pubsub.ErrTopicNotFound},
 		{"Replay of unknown topic", func(b *pubsub.Broker, _ *pubsub.Group[string]) error {
-			return b.Replay("billing", "nope", 0)
+			return b.Replay(context.Background(), "billing", "nope", pubsub.AtOffset(0))
 		}, pubsub.ErrTopicNotFound},
 		{"Replay of unknown group", func(b *pubsub.Broker, _ *pubsub.Group[string]) error {
-			return b.Replay("nope", "orders", 0)
+			return b.Replay(context.Background(), "nope", "orders", pubsub.AtOffset(0))
 		}, pubsub.ErrSubscription},
-		{"Broker.Replay(-1)", func(b *pubsub.Broker, _ *pubsub.Group[string]) error {
-			return b.Replay("billing", "orders", -1)
+		{"Broker.Replay(context.Background(), pubsub.AtOffset(-1))", func(b *pubsub.Broker, _ *pubsub.Group[string]) error {
+			return b.Replay(context.Background(), "billing", "orders", pubsub.AtOffset(-1))
 		}, pubsub.ErrInvalid},
-		{"Group.Replay(-1)", func(_ *pubsub.Broker, g *pubsub.Group[string]) error {
-			return g.Replay(-1)
+		{"Group.Replay(context.Background(), pubsub.AtOffset(-1))", func(_ *pubsub.Broker, g *pubsub.Group[string]) error {
+			return g.Replay(context.Background(), pubsub.AtOffset(-1))
 		}, pubsub.ErrInvalid},
 		{"Leave of unknown consumer", func(_ *pubsub.Broker, g *pubsub.Group[string]) error {
-			return g.Leave("nope")
+			return g.Leave(context.Background(), "nope")
 		}, pubsub.ErrSubscription},
 	}
 	for _, tt := range tests {
@@ -347,7 +347,7 @@ func TestSeekOutOfRange(t *testing.T) {
 				if _, _, err := tp.Offsets(tt.partition); tt.want == pubsub.ErrInvalid && !errors.Is(err, pubsub.ErrInvalid) {
 					t.Errorf("Offsets(%d): got error %v, want ErrInvalid", tt.partition, err)
 				}
-				if err := g.Seek(tt.partition, tt.offset); !errors.Is(err, tt.want) {
+				if err := g.Seek(context.Background(), tt.partition, tt.offset); !errors.Is(err, tt.want) {
 					t.Fatalf("Seek(%d, %d): got error %v, want one wrapping %v", tt.partition, tt.offset, err, tt.want)
 				}
 				synctest.Wait()
@@ -359,7 +359,7 @@ func TestSeekOutOfRange(t *testing.T) {
 				}
 				// The bounds themselves are accepted.
 				for _, off := range []int64{4, 2} {
-					if err := g.Seek(0, off); err != nil {
+					if err := g.Seek(context.Background(), 0, off); err != nil {
 						t.Errorf("Seek(0, %d): got %v, want nil", off, err)
 					}
 				}
@@ -408,10 +408,12 @@ func TestClosedBrokerRefusesNewWork(t *testing.T) {
 			_, err := pubsub.NewTopic(f.b, "more", codec.String(), codec.String())
 			return err
 		}},
-		{"Seek", func(f fixture) error { return f.g.Seek(0, 0) }},
-		{"Group.Replay", func(f fixture) error { return f.g.Replay(0) }},
-		{"Broker.Replay", func(f fixture) error { return f.b.Replay("billing", "orders", 0) }},
-		{"Leave", func(f fixture) error { return f.g.Leave("b1") }},
+		{"Seek", func(f fixture) error { return f.g.Seek(context.Background(), 0, 0) }},
+		{"Group.Replay", func(f fixture) error { return f.g.Replay(context.Background(), pubsub.AtOffset(0)) }},
+		{"Broker.Replay", func(f fixture) error {
+			return f.b.Replay(context.Background(), "billing", "orders", pubsub.AtOffset(0))
+		}},
+		{"Leave", func(f fixture) error { return f.g.Leave(context.Background(), "b1") }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -133,7 +133,7 @@ func ExampleGroup_Replay() {
 		events.PublishValue(ctx, v)
 	}
 	b.Drain(ctx)
-	g.Replay(1)
+	g.Replay(context.Background(), pubsub.AtOffset(1))
 	b.Drain(ctx)
 	b.Close(ctx)
 	fmt.Println(got)

@@ -24,9 +24,11 @@ import (
 // key for that).
 //
 // ctx is cancelled only when Broker.Close gives up on draining; a handler
-// must return soon after. A handler must not call Close, Leave, Pause, Seek
-// or Replay on its own group, or Subscribe to it: those wait for the
-// handler to return.
+// must return soon after (one that does not is left running, and commits
+// nothing). Leave, Pause, Seek, Replay and Close wait for the deliveries in
+// flight, so a handler that calls them on its own group waits for itself
+// until their ctx ends: give them one with a deadline, or call them from
+// another goroutine.
 type Handler[V any] interface {
 	Handle(ctx context.Context, msg Message[V]) error
 }
@@ -74,9 +76,10 @@ func handOver[V any](ctx context.Context, handle func(context.Context, Message[V
 	})
 }
 
-// SubscribeOption configures the group that Subscribe or Stream creates.
-// Options given when the group already exists are ignored: a group's
-// configuration is fixed by the call that created it.
+// SubscribeOption configures the group that Subscribe or Stream creates. A
+// group's configuration is fixed by the call that created it: joining an
+// existing group with options that differ from its own is an error wrapping
+// ErrSubscription, so two replicas of a service cannot disagree silently.
 type SubscribeOption interface{ applySubscribe(*core.GroupConfig) }
 
 type subscribeOptionFunc func(*core.GroupConfig)
@@ -96,51 +99,99 @@ func WithDeadLetterLimit(n int) SubscribeOption {
 	return subscribeOptionFunc(func(c *core.GroupConfig) { c.DeadLetterLimit = n })
 }
 
+// Start says where a group reads from in every partition: Earliest,
+// Latest, AtOffset or AtTime. The zero Start is Earliest.
+type Start struct{ core core.Start }
+
+// Earliest starts at the oldest retained record. It is where a new group
+// starts by default.
+func Earliest() Start { return Start{} }
+
+// Latest starts at the end of each partition: only records published after
+// the group started (or replayed) are delivered.
+func Latest() Start { return Start{core.Start{Kind: core.StartLatest}} }
+
+// AtOffset starts at offset in every partition, clamped to the records
+// retained: below the earliest retained record it starts there, past the
+// end at the end. A negative offset is ErrInvalid.
+func AtOffset(offset int64) Start {
+	return Start{core.Start{Kind: core.StartOffset, Offset: offset}}
+}
+
+// AtTime starts, in every partition, at the first retained record whose
+// Created is at or after t (by the broker's Clock), or at the end when
+// there is none.
+func AtTime(t time.Time) Start { return Start{core.Start{Kind: core.StartTime, Time: t}} }
+
+// String describes s: "earliest", "latest", "offset 12", "time 2026-…".
+func (s Start) String() string { return s.core.String() }
+
+// StartAt sets where a group created by this Subscribe or Stream begins,
+// overriding Earliest. It is applied when the group is created, before any
+// delivery, so no record before that point is ever delivered to it. It
+// counts as an option of the group: joining the group later with another
+// Start is ErrSubscription.
+func StartAt(s Start) SubscribeOption {
+	return subscribeOptionFunc(func(c *core.GroupConfig) { c.Start = s.core })
+}
+
 // Subscribe adds consumer to group, creating the group on first use, and
 // rebalances: the group's partitions are dealt out again over its consumers,
 // moving as few as balance allows. A new group starts at the oldest retained
-// record. Calling it again with the same group returns the same *Group.
+// record, or where StartAt says. Calling it again with the same group
+// returns the same *Group.
 //
-// Subscribe waits for the deliveries in flight on the partitions that move
-// to finish, so it must not be called from a handler of the same group.
-// It fails with ErrSubscription for an empty group or consumer name, a nil
-// handler or a consumer already in the group; with ErrInvalid for a bad
-// option; with ErrClosed once Close began. A failed Subscribe changes
-// nothing.
+// Subscribe does not block: a partition that moves to the new consumer
+// finishes the delivery it has in flight first, and moves then. It fails
+// with ErrSubscription for an empty group or consumer name, a nil handler,
+// a consumer already in the group, or options that differ from the
+// group's; with ErrInvalid for a bad option; with ErrClosed once Close
+// began. A failed Subscribe changes nothing.
 func (t *Topic[K, V]) Subscribe(group, consumer string, h Handler[V], opts ...SubscribeOption) (*Group[V], error) {
 	f, ok := h.(HandlerFunc[V])
 	switch {
 	case h == nil || ok && f == nil:
-		return t.join(group, consumer, nil, nil, opts)
+		return t.join(group, consumer, nil, nil, nil, opts)
 	case ok: // called as it is, not through Handle: a call and a copy of the Message fewer per delivery
-		return t.join(group, consumer, f, nil, opts)
+		return t.join(group, consumer, f, nil, nil, opts)
 	}
-	return t.join(group, consumer, h.Handle, nil, opts)
+	return t.join(group, consumer, h.Handle, nil, nil, opts)
 }
 
-// join subscribes handle (which sees only decoded values) as consumer.
-func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, Message[V]) error, onLeave func(), opts []SubscribeOption) (*Group[V], error) {
+// deliverer is what a consumer does with one decoded message: a Handler's
+// Handle, or a Stream's hand-over. revoked is closed when the group wants
+// the partition back (see core.Handler).
+type deliverer[V any] func(ctx context.Context, msg Message[V], revoked <-chan struct{}) error
+
+// join subscribes handle (which sees only decoded values) as consumer;
+// deliver, when not nil, stands in for handle (a Stream), and onLeave is
+// called once the consumer left and its workers exited.
+func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, Message[V]) error, deliver deliverer[V], onLeave func(), opts []SubscribeOption) (*Group[V], error) {
 	var cfg core.GroupConfig
 	for _, o := range opts {
 		o.applySubscribe(&cfg)
 	}
 	var h core.Handler
-	if handle != nil {
+	if handle != nil || deliver != nil {
 		// One arena per partition: a partition is served by one worker at a
-		// time, and a worker stops before the next one starts, so each
+		// time, and a worker exits before the next one starts, so each
 		// arena has one user at a time.
 		keys := make([]keyArena, t.Partitions())
-		h = func(ctx context.Context, rec *core.Record, attempt int) error {
+		h = func(ctx context.Context, rec *core.Record, attempt int, revoked <-chan struct{}) error {
 			v, err := t.values.Decode(rec.Value)
 			if err != nil {
 				return &DecodeError{Topic: rec.Topic(), Partition: rec.Partition(), Offset: rec.Offset, Err: err}
+			}
+			if deliver != nil {
+				return handOver(ctx, func(ctx context.Context, m Message[V]) error { return deliver(ctx, m, revoked) },
+					rec, v, attempt, &keys[rec.Partition()])
 			}
 			return handOver(ctx, handle, rec, v, attempt, &keys[rec.Partition()])
 		}
 	}
 	g, err := t.b.eng.Subscribe(t.Name(), group, consumer, h, onLeave, cfg)
 	if err != nil {
-		return nil, err
+		return nil, fail(err, "subscribe %q to group %q", consumer, group)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -156,12 +207,18 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 // inside a group each partition, so each record, goes to exactly one
 // consumer. Its offsets live in the broker, not in its goroutines, so
 // seeks, replays and rebalances lose nothing. All methods are safe for
-// concurrent use; the ones that start or stop workers (Leave, Pause, Resume,
-// Seek, Replay) wait for the deliveries they interrupt and must not be
-// called from the group's own handlers. After Broker.Close, Leave, Seek and
-// Replay fail with ErrClosed, Pause and Resume do nothing, and the methods
-// that only read (Assignment, Committed, Lag, Stats, DeadLetters) keep
-// working.
+// concurrent use.
+//
+// Leave, Pause, Seek and Replay wait for the deliveries in flight on the
+// partitions they concern, and never longer than their ctx: none of them
+// blocks forever. A Stream delivery that nobody has received yet is taken
+// back at once (no attempt is counted); one a caller holds is waited for
+// until it is acked or nacked, or ctx ends. What each call leaves done when
+// ctx ends first is in its doc.
+//
+// After Broker.Close, Leave, Seek and Replay fail with ErrClosed, Pause and
+// Resume do nothing, and the methods that only read (Assignment,
+// Committed, Lag, Stats, DeadLetters) keep working.
 type Group[V any] struct {
 	eng    engineGroup
 	values codec.Codec[V]
@@ -172,33 +229,70 @@ func (g *Group[V]) Name() string { return g.eng.Name() }
 
 // Leave removes consumer from the group and rebalances: its partitions
 // finish their current delivery, then move to the remaining consumers, which
-// resume from the committed offsets. An unknown consumer is ErrSubscription;
-// after Close, ErrClosed.
-func (g *Group[V]) Leave(consumer string) error { return g.eng.Leave(consumer) }
+// resume from the committed offsets. Leave waits for those deliveries until
+// ctx ends; then it returns an error wrapping ctx's, and the consumer has
+// left all the same: its partitions move when their deliveries end. An
+// unknown consumer is ErrSubscription; after Close, ErrClosed.
+func (g *Group[V]) Leave(ctx context.Context, consumer string) error {
+	if ctx == nil {
+		return fail(errNilContext, "leave group %q", g.Name())
+	}
+	return fail(g.eng.Leave(ctx, consumer), "leave group %q", g.Name())
+}
 
 // Assignment returns each consumer's partitions. A consumer that owns none
 // (there are more consumers than partitions) has an empty list.
 func (g *Group[V]) Assignment() map[string][]int { return g.eng.Assignment() }
 
 // Pause stops the group's deliveries after the ones in flight; records keep
-// arriving in the log and the offsets stay where they are. Drain does not
-// wait for a paused group. It blocks until the deliveries in flight finish.
-func (g *Group[V]) Pause() { g.eng.Pause() }
+// arriving in the log and the offsets stay where they are. The group is
+// paused at once; Pause then waits for the deliveries in flight until ctx
+// ends, and returns an error wrapping ctx's naming those still running
+// (they finish and commit in the background). While a paused group has
+// lag, Drain returns ErrStalled.
+func (g *Group[V]) Pause(ctx context.Context) error {
+	if ctx == nil {
+		return fail(errNilContext, "pause group %q", g.Name())
+	}
+	return fail(g.eng.Pause(ctx), "pause group %q", g.Name())
+}
 
-// Resume restarts deliveries from the committed offsets.
-func (g *Group[V]) Resume() { g.eng.Resume() }
+// Resume restarts deliveries from the committed offsets. It does not wait:
+// a partition whose delivery from before the pause is still in flight
+// restarts when it ends. ctx is checked only for nil.
+func (g *Group[V]) Resume(ctx context.Context) error {
+	if ctx == nil {
+		return fail(errNilContext, "resume group %q", g.Name())
+	}
+	g.eng.Resume()
+	return nil
+}
 
 // Seek moves the group's offset on one partition. offset must lie between
 // the earliest retained record and the end of the partition, inclusive;
 // anything else is ErrOffsetOutOfRange, and a partition that does not exist
-// ErrInvalid. The partition's worker finishes its current delivery first.
-// Records from offset on are delivered again, each with Attempt starting
-// at 1.
-func (g *Group[V]) Seek(partition int, offset int64) error { return g.eng.Seek(partition, offset) }
+// ErrInvalid. The partition's delivery in flight finishes first; Seek waits
+// for it until ctx ends, and then moves nothing and returns an error
+// wrapping ctx's. Records from offset on are delivered again, each with
+// Attempt starting at 1.
+func (g *Group[V]) Seek(ctx context.Context, partition int, offset int64) error {
+	if ctx == nil {
+		return fail(errNilContext, "seek group %q", g.Name())
+	}
+	return fail(g.eng.Seek(ctx, partition, offset), "seek group %q partition %d to offset %d", g.Name(), partition, offset)
+}
 
-// Replay rewinds every partition to max(from, earliest retained offset), or
-// to its end where from is past it. Negative from is ErrInvalid.
-func (g *Group[V]) Replay(from int64) error { return g.eng.Replay(from) }
+// Replay moves every partition's offset to from (see Start), rewinding or
+// advancing it, at once: no partition is delivered from its new offset
+// before every offset moved. Like Seek it waits for the deliveries in
+// flight until ctx ends, and then moves nothing. Records are delivered
+// again with Attempt starting at 1.
+func (g *Group[V]) Replay(ctx context.Context, from Start) error {
+	if ctx == nil {
+		return fail(errNilContext, "replay group %q", g.Name())
+	}
+	return fail(g.eng.Replay(ctx, from.core), "replay group %q from %v", g.Name(), from)
+}
 
 // Committed returns the next offset the group will read from partition, or
 // -1 when there is no such partition.
@@ -240,7 +334,11 @@ func (g *Group[V]) DeadLetters() []DeadLetter[V] {
 		// (codec.RawBytes) gives the caller memory of its own, not the
 		// letter's, which the next call decodes again.
 		v, _ := g.values.Decode(bytes.Clone(l.Record.Value))
-		out[i] = DeadLetter[V]{Attempts: l.Attempts, Err: l.Err, FailedAt: l.FailedAt}
+		err := l.Err
+		if pe, ok := err.(*core.PanicError); ok { // the worker recovered a handler's panic
+			err = &PanicError{Value: pe.Value, Stack: pe.Stack}
+		}
+		out[i] = DeadLetter[V]{Attempts: l.Attempts, Err: err, FailedAt: l.FailedAt}
 		// The Message a handler was given, built by the same code.
 		_ = handOver(context.Background(), func(_ context.Context, m Message[V]) error {
 			out[i].Message = m

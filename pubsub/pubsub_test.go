@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -529,7 +530,7 @@ func TestHandlerMutationsStayInItsGroup(t *testing.T) {
 		mustPublish(t, topic, "alice", []byte("paid"), pubsub.WithHeaders(map[string]string{"trace": "abc"}))
 		drain(t, b)
 		// The vandal's own next delivery of the record is untouched too.
-		if err := vg.Replay(0); err != nil {
+		if err := vg.Replay(context.Background(), pubsub.AtOffset(0)); err != nil {
 			t.Fatalf("Replay(0): got %v, want nil", err)
 		}
 		drain(t, b)
@@ -864,7 +865,20 @@ func TestSubscribeSameGroupReturnsSameGroup(t *testing.T) {
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2))
 		perm := &recorder[string]{fail: func(context.Context, pubsub.Message[string]) error { return pubsub.ErrPermanent }}
 		g1 := mustSubscribe(t, topic, "billing", "b1", perm)
-		g2 := mustSubscribe(t, topic, "billing", "b2", perm, pubsub.WithDeadLetterLimit(1))
+		// Options that differ from the group's are refused, never ignored,
+		// and the refused consumer is not in the group.
+		for _, opt := range []pubsub.SubscribeOption{pubsub.WithDeadLetterLimit(1), pubsub.WithGroupRetry(pubsub.RetryPolicy{MaxAttempts: 5}), pubsub.StartAt(pubsub.Latest())} {
+			if _, err := topic.Subscribe("billing", "b2", perm, opt); !errors.Is(err, pubsub.ErrSubscription) {
+				t.Errorf("Subscribe to billing with an option it was not created with: got %v, want ErrSubscription", err)
+			}
+		}
+		if _, err := topic.Stream("billing", "b2", pubsub.WithDeadLetterLimit(1)); !errors.Is(err, pubsub.ErrSubscription) {
+			t.Errorf("Stream on billing with an option it was not created with: got %v, want ErrSubscription", err)
+		}
+		if asg := g1.Assignment(); len(asg) != 1 {
+			t.Errorf("assignment after refused joins: got %v, want b1 alone", asg)
+		}
+		g2 := mustSubscribe(t, topic, "billing", "b2", perm)
 		s := mustStream(t, topic, "billing", "b3")
 		audit := mustSubscribe(t, topic, "audit", "a1", &recorder[string]{})
 		if g1 != g2 {
@@ -887,7 +901,7 @@ func TestSubscribeSameGroupReturnsSameGroup(t *testing.T) {
 		mustPublishValue(t, topic, "y")
 		drain(t, b)
 		if got := len(g1.DeadLetters()); got != 2 {
-			t.Errorf("dead letters kept: got %d, want 2 (WithDeadLetterLimit(1) on an existing group is ignored)", got)
+			t.Errorf("dead letters kept: got %d, want 2 (the default limit, which the refused option did not change)", got)
 		}
 		if got := g1.Stats().DeadLettersEvicted; got != 0 {
 			t.Errorf("DeadLettersEvicted: got %d, want 0", got)
@@ -1262,16 +1276,17 @@ func TestNewGroupStartsAtTheOldestRetainedRecord(t *testing.T) {
 	})
 }
 
-// A paused group, or one whose consumers all left, cannot drain: Drain does
-// not wait for it, and Close reports it without waiting for its context.
+// A paused group, or one whose consumers all left, cannot drain: Drain
+// returns ErrStalled at once, naming it, and Close reports it without
+// waiting for its context, wrapping ErrStalled too.
 func TestCloseReportsGroupsThatCannotDrain(t *testing.T) {
 	tests := []struct {
 		name  string
 		setup func(t *testing.T, g *pubsub.Group[string])
 	}{
-		{"paused", func(t *testing.T, g *pubsub.Group[string]) { g.Pause() }},
+		{"paused", func(t *testing.T, g *pubsub.Group[string]) { _ = g.Pause(context.Background()) }},
 		{"consumers left", func(t *testing.T, g *pubsub.Group[string]) {
-			if err := g.Leave("b1"); err != nil {
+			if err := g.Leave(context.Background(), "b1"); err != nil {
 				t.Fatalf("Leave: got %v, want nil", err)
 			}
 		}},
@@ -1289,7 +1304,9 @@ func TestCloseReportsGroupsThatCannotDrain(t *testing.T) {
 				mustPublishValue(t, topic, "b")
 				mustPublishValue(t, topic, "c")
 				start := time.Now()
-				drain(t, b)
+				if err := b.Drain(context.Background()); !errors.Is(err, pubsub.ErrStalled) || !strings.Contains(err.Error(), `group "billing"`) {
+					t.Errorf("Drain: got %v, want ErrStalled naming billing", err)
+				}
 				if waited := time.Since(start); waited != 0 {
 					t.Errorf("Drain waited %v for a group that cannot drain, want 0", waited)
 				}
@@ -1305,8 +1322,8 @@ func TestCloseReportsGroupsThatCannotDrain(t *testing.T) {
 				if !slices.Equal(se.Unfinished, want) {
 					t.Errorf("Unfinished: got %+v, want %+v", se.Unfinished, want)
 				}
-				if se.Err != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-					t.Errorf("ShutdownError.Err: got %v, want nil (the context did not end)", se.Err)
+				if !errors.Is(err, pubsub.ErrStalled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+					t.Errorf("ShutdownError.Err: got %v, want ErrStalled (the context did not end)", se.Err)
 				}
 				if waited := time.Since(start); waited != 0 {
 					t.Errorf("Close took %v, want 0", waited)
@@ -1489,7 +1506,7 @@ func TestSeekWaitsForTheDeliveryInFlight(t *testing.T) {
 		synctest.Wait() // "a" is in its handler
 		var seekDone atomic.Bool
 		go func() {
-			if err := g.Seek(0, 0); err != nil {
+			if err := g.Seek(context.Background(), 0, 0); err != nil {
 				t.Errorf("Seek(0, 0): %v", err)
 			}
 			seekDone.Store(true)
@@ -1531,7 +1548,7 @@ func TestSeekRestartsAttempts(t *testing.T) {
 		mustPublishValue(t, topic, "a")
 		synctest.Wait() // "a" failed once and waits out an hour
 		start := time.Now()
-		if err := g.Seek(0, 0); err != nil {
+		if err := g.Seek(context.Background(), 0, 0); err != nil {
 			t.Fatalf("Seek(0, 0): got %v, want nil", err)
 		}
 		drain(t, b)

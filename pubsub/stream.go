@@ -5,6 +5,7 @@ import (
 	"errors"
 	"iter"
 	"sync"
+	"sync/atomic"
 
 	"github.com/logbus/logbus/internal/core"
 )
@@ -19,10 +20,11 @@ import (
 // (at-least-once). Deliveries of different partitions can be outstanding at
 // once.
 //
-// Leave the group with Stream.Close, not Group.Leave: Close gives the
-// outstanding deliveries back at once, while Leave waits for them to be
-// settled, which never happens if the goroutine that would settle them is
-// the one calling Leave.
+// A delivery waiting on C that nobody has received is taken back at once
+// when the group wants its partition back (Pause, Seek, Replay, a
+// rebalance, Close): it is delivered again later with the same Attempt. A
+// delivery the caller has received is waited for; Pause, Seek, Replay and
+// Leave wait for it only until their ctx ends.
 type Stream[V any] struct {
 	group    *Group[V]
 	consumer string
@@ -35,16 +37,27 @@ type Stream[V any] struct {
 }
 
 // Delivery is one message handed to a Stream. Ack or Nack it exactly once;
-// later calls do nothing.
+// later calls do nothing, and so do calls after its Stream was closed
+// without it being settled (it went back to the group).
 type Delivery[V any] struct {
 	Message[V]
-	outcome chan error // buffered: settling never blocks
-	once    sync.Once
+	outcome chan error   // buffered: settling never blocks
+	state   atomic.Int32 // pending, settled or abandoned: whoever moves it first decides
 }
+
+// The states of a Delivery. Settling and abandoning race (an Ack against a
+// Stream.Close); the compare-and-swap from pending decides which one
+// happened, so a settled delivery is never given back and an abandoned one
+// never counts as settled.
+const (
+	pending int32 = iota
+	settled
+	abandoned
+)
 
 // Ack reports the message processed: its offset is committed and the next
 // message of its partition follows. It does not block.
-func (d *Delivery[V]) Ack() { d.once.Do(func() { d.outcome <- nil }) }
+func (d *Delivery[V]) Ack() { d.settle(nil) }
 
 // errNacked stands in for a nil error given to Nack.
 var errNacked = errors.New("logbus: nacked")
@@ -56,44 +69,45 @@ func (d *Delivery[V]) Nack(err error) {
 	if err == nil {
 		err = errNacked
 	}
-	d.once.Do(func() { d.outcome <- err })
+	d.settle(err)
+}
+
+func (d *Delivery[V]) settle(err error) {
+	if d.state.CompareAndSwap(pending, settled) {
+		d.outcome <- err
+	}
 }
 
 // Stream joins group as consumer, like Subscribe, and returns the consumer's
 // channel of deliveries. It fails as Subscribe does.
 func (t *Topic[K, V]) Stream(group, consumer string, opts ...SubscribeOption) (*Stream[V], error) {
 	s := &Stream[V]{consumer: consumer, ch: make(chan *Delivery[V]), done: make(chan struct{})}
-	// The outcome channel of each partition's last settled delivery, for
-	// its next delivery: once the outcome is received, the delivery's once
-	// has fired, so nothing sends on the channel again. A partition is
-	// served by one worker at a time, so each slot has one user at a time.
-	outcomes := make([]chan error, t.Partitions())
-	handle := func(ctx context.Context, msg Message[V]) error {
-		outcome := outcomes[msg.Partition]
-		outcomes[msg.Partition] = nil
-		if outcome == nil {
-			outcome = make(chan error, 1) // buffered: settling never blocks
-		}
-		d := &Delivery[V]{Message: msg, outcome: outcome}
+	deliver := func(ctx context.Context, msg Message[V], revoked <-chan struct{}) error {
+		d := &Delivery[V]{Message: msg, outcome: make(chan error, 1)}
 		select {
 		case s.ch <- d:
+		case <-revoked: // the group wants the partition back and nobody took d
+			return core.ErrNotDelivered
 		case <-s.done:
 			return core.ErrNotDelivered
 		case <-ctx.Done():
-			return ctx.Err()
+			return core.ErrNotDelivered
 		}
 		select {
 		case err := <-d.outcome:
-			outcomes[msg.Partition] = outcome
 			return err
 		case <-s.done:
-			return core.ErrAbandoned
 		case <-ctx.Done():
-			return ctx.Err()
 		}
+		if d.state.CompareAndSwap(pending, abandoned) {
+			return core.ErrAbandoned
+		}
+		return <-d.outcome // settled first: its outcome is on the way, and stands
 	}
+	// The channel closes once the consumer left and its workers exited, so
+	// nothing sends on it afterwards.
 	closeCh := func() { s.chOnce.Do(func() { close(s.ch) }) }
-	g, err := t.join(group, consumer, handle, closeCh, opts)
+	g, err := t.join(group, consumer, nil, deliver, closeCh, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -122,12 +136,14 @@ func (s *Stream[V]) Group() *Group[V] { return s.group }
 
 // Close leaves the group. Deliveries not yet acked or nacked are given back
 // without counting as failures and go, with the stream's partitions, to the
-// group's remaining consumers (or to the next one to join). C is closed when
-// Close returns. Close is idempotent; after Broker.Close it does nothing.
+// group's remaining consumers (or to the next one to join); deliveries
+// already settled stand. C is closed when Close returns. Close waits only
+// for the stream's own hand-over code to notice, never for the caller.
+// Close is idempotent; after Broker.Close it does nothing.
 func (s *Stream[V]) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
-		if err := s.group.Leave(s.consumer); err != nil && !errors.Is(err, ErrClosed) {
+		if err := s.group.Leave(context.Background(), s.consumer); err != nil && !errors.Is(err, ErrClosed) {
 			s.closeErr = err
 		}
 	})

@@ -502,7 +502,7 @@ func TestStreamCloseIsIdempotent(t *testing.T) {
 		if asg := s.Group().Assignment(); len(asg) != 1 || !slices.Equal(asg["w2"], []int{0}) {
 			t.Errorf("assignment: got %v, want only w2, owning partition 0", asg)
 		}
-		err := s.Group().Leave("w1")
+		err := s.Group().Leave(context.Background(), "w1")
 		wantErrIs(t, "Leave of a closed stream's consumer", err, pubsub.ErrSubscription)
 		mustPublishValue(t, topic, "job")
 		recv(t, keep).Ack()

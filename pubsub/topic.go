@@ -2,6 +2,7 @@ package pubsub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -142,23 +143,25 @@ func Sticky(batch int) Partitioner { return core.Sticky(batch) }
 // It does not block.
 func NewTopic[K, V any](b *Broker, name string, keys codec.Codec[K], values codec.Codec[V], opts ...TopicOption) (*Topic[K, V], error) {
 	switch {
-	case b == nil:
-		return nil, fmt.Errorf("%w: new topic %q: nil broker", ErrInvalid, name)
+	case b == nil || b.eng == nil:
+		return nil, fail(errNoBroker, "new topic %q", name)
 	case b.err != nil:
-		return nil, fmt.Errorf("new topic %q: %w", name, b.err)
-	case keys == nil || values == nil:
-		return nil, fmt.Errorf("%w: new topic %q: nil codec", ErrInvalid, name)
+		return nil, fmt.Errorf("logbus: new topic %q: broker options: %w", name, errors.Unwrap(b.err))
+	case keys == nil:
+		return nil, fail(fmt.Errorf("%w: nil key codec", ErrInvalid), "new topic %q", name)
+	case values == nil:
+		return nil, fail(fmt.Errorf("%w: nil value codec", ErrInvalid), "new topic %q", name)
 	}
 	var cfg topicConfig
 	for _, o := range opts {
 		o.applyTopic(&cfg)
 	}
 	if cfg.partitionsSet && cfg.Partitions < 1 {
-		return nil, fmt.Errorf("%w: new topic %q: %d partitions, want at least 1", ErrInvalid, name, cfg.Partitions)
+		return nil, fail(fmt.Errorf("%w: %d partitions, want at least 1", ErrInvalid, cfg.Partitions), "new topic %q", name)
 	}
 	t, err := b.eng.CreateTopic(name, cfg.TopicConfig)
 	if err != nil {
-		return nil, err
+		return nil, fail(err, "new topic %q", name)
 	}
 	topic := &Topic[K, V]{b: b, eng: t, keys: keys, values: values, groups: make(map[string]*Group[V])}
 	topic.keyAppender, _ = keys.(codec.Appender[K])
@@ -206,7 +209,7 @@ func WithHeaders(h map[string]string) PublishOption { return headersOption(h) }
 func (t *Topic[K, V]) Publish(ctx context.Context, key K, value V, opts ...PublishOption) (Position, error) {
 	rec := t.eng.NewRecord()
 	if err := t.encodeKey(rec, key); err != nil {
-		return Position{}, fmt.Errorf("logbus: publish to topic %q: %w", t.Name(), err)
+		return Position{}, fail(err, "publish to topic %q", t.Name())
 	}
 	return t.publish(ctx, rec, value, opts)
 }
@@ -223,20 +226,26 @@ func (t *Topic[K, V]) PublishValue(ctx context.Context, value V, opts ...Publish
 // publish encodes value into rec, whose key is set, and publishes it.
 func (t *Topic[K, V]) publish(ctx context.Context, rec *core.Record, value V, opts []PublishOption) (Position, error) {
 	if err := t.encodeValue(rec, value); err != nil {
-		return Position{}, fmt.Errorf("logbus: publish to topic %q: %w", t.Name(), err)
+		return Position{}, fail(err, "publish to topic %q", t.Name())
+	}
+	if ctx == nil {
+		return Position{}, fail(errNilContext, "publish to topic %q", t.Name())
 	}
 	if len(opts) > 0 {
 		rec.Headers = applyPublishOptions(opts).headers
 	}
 	pos, err := t.eng.PublishRecord(ctx, rec)
-	return Position(pos), err
+	if err != nil {
+		return Position{}, fail(err, "publish to topic %q", t.Name())
+	}
+	return Position(pos), nil
 }
 
 // encodeKey puts the encoding of key in rec, a record from the engine's
 // NewRecord.
 func (t *Topic[K, V]) encodeKey(rec *core.Record, key K) error {
 	if err := encodeInto(&rec.Key, t.keys, t.keyAppender, key); err != nil {
-		return fmt.Errorf("encode key: %w", err)
+		return fmt.Errorf("%w: encode key: %w", ErrInvalid, err)
 	}
 	if rec.Key == nil {
 		rec.Key = []byte{} // keyed, even when the key encodes to nothing
@@ -248,7 +257,7 @@ func (t *Topic[K, V]) encodeKey(rec *core.Record, key K) error {
 // NewRecord.
 func (t *Topic[K, V]) encodeValue(rec *core.Record, value V) error {
 	if err := encodeInto(&rec.Value, t.values, t.valueAppender, value); err != nil {
-		return fmt.Errorf("encode value: %w", err)
+		return fmt.Errorf("%w: encode value: %w", ErrInvalid, err)
 	}
 	return nil
 }
@@ -314,14 +323,17 @@ func (t *Topic[K, V]) PublishValues(ctx context.Context, values []V) ([]Position
 // publishBatch hands the engine n records, which encode(i, rec) fills with
 // entry i.
 func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int, rec *core.Record) error) ([]Position, error) {
+	if ctx == nil {
+		return nil, fail(errNilContext, "publish batch to topic %q", t.Name())
+	}
 	positions := make([]Position, n)
 	stored, err := t.eng.PublishBatch(ctx, n, func(i int, rec *core.Record) error {
 		if err := encode(i, rec); err != nil {
-			return fmt.Errorf("logbus: publish batch to topic %q: entry %d: %w", t.Name(), i, err)
+			return fmt.Errorf("entry %d: %w", i, err)
 		}
 		return nil
 	}, func(i int, pos core.Position) { positions[i] = Position(pos) })
-	return positions[:stored], err
+	return positions[:stored], fail(err, "publish batch to topic %q", t.Name())
 }
 
 // applyPublishOptions is apart from publish so that the config, which the
@@ -369,7 +381,26 @@ func (t *Topic[K, V]) Stats() TopicStats {
 func (t *Topic[K, V]) Offsets(partition int) (earliest, end int64, err error) {
 	stats := t.eng.Stats()
 	if partition < 0 || partition >= len(stats) {
-		return 0, 0, fmt.Errorf("%w: topic %q has no partition %d", ErrInvalid, t.Name(), partition)
+		return 0, 0, fmt.Errorf("logbus: offsets of topic %q: %w: no partition %d", t.Name(), ErrInvalid, partition)
 	}
 	return stats[partition].Earliest, stats[partition].End, nil
+}
+
+// Key decodes msg's key with the topic's key codec: the typed key of a
+// message this topic delivered, for handlers that need it as a K rather
+// than as Message.Key's bytes. A keyless message (PublishValue) has no key:
+// Key returns the zero K and an error wrapping ErrInvalid. It does not
+// block.
+func (t *Topic[K, V]) Key(msg Message[V]) (K, error) {
+	var zero K
+	if msg.Key == nil {
+		return zero, fmt.Errorf("logbus: key of topic %q partition %d offset %d: %w: the message has no key",
+			t.Name(), msg.Partition, msg.Offset, ErrInvalid)
+	}
+	k, err := t.keys.Decode(msg.Key)
+	if err != nil {
+		return zero, fmt.Errorf("logbus: key of topic %q partition %d offset %d: %w: %w",
+			t.Name(), msg.Partition, msg.Offset, ErrInvalid, err)
+	}
+	return k, nil
 }

@@ -108,7 +108,7 @@ func main() {
 	section("replay")
 	printLag(b, orders.Name(), "billing", "audit", "shipping")
 	fmt.Println("  every group has committed everything; now billing rewinds to offset 0")
-	check(billing.Replay(0))
+	check(billing.Replay(context.Background(), pubsub.AtOffset(0)))
 	check(b.Drain(ctx))
 	fmt.Printf("billing after replay: %d records received (6 + 6 replayed from offset 0)\n", billingLog.count())
 	fmt.Printf("alice's events in billing now: %s\n", strings.Join(billingLog.statuses("alice"), " -> "))

@@ -80,8 +80,8 @@ func main() {
 	check(err)
 	dashboardGroup, err := live.Subscribe("dashboard", "dashboard-1", dashboard.handler(nil))
 	check(err)
-	// The dashboard is offline (say, being redeployed) during the burst.
-	dashboardGroup.Pause()
+	// The dashboard is offline (say, being redeployed) for a while.
+	check(dashboardGroup.Pause(ctx))
 	fmt.Println("logbus signups demo: an in-process event bus with backpressure and shedding")
 
 	section("burst: 10 signups while analytics is stalled")
@@ -90,9 +90,6 @@ func main() {
 		if !publish(ctx, signups, u) {
 			rejected = append(rejected, u) // try again once the consumer caught up
 		}
-		// The live feed never pushes back: Publish returns at once.
-		_, err := live.Publish(ctx, u.UserID, u)
-		check(err)
 	}
 	fmt.Printf("signups stats: %+v\n", signups.Stats())
 	fmt.Printf("  %d publishes found their partition full (Blocked), waited %v and gave up (TimedOut)\n",
@@ -119,7 +116,14 @@ func main() {
 	fmt.Println("  Reclaimed: once every group had committed them, full partitions freed records")
 
 	section("shedding: signups.live drops the oldest instead of blocking")
-	dashboardGroup.Resume() // the dashboard comes back
+	for _, u := range users() {
+		// The live feed never pushes back: Publish returns at once.
+		_, err := live.Publish(ctx, u.UserID, u)
+		check(err)
+	}
+	// While the paused dashboard lags, Drain would report it at once
+	// (ErrStalled) rather than wait for a group that cannot move.
+	check(dashboardGroup.Resume(ctx)) // the dashboard comes back
 	check(b.Drain(ctx))
 	fmt.Printf("signups.live stats: %+v\n", live.Stats())
 	fmt.Printf("dashboard stats: %+v\n", dashboardGroup.Stats())

@@ -32,7 +32,7 @@ func benchBroker(b *testing.B, partitions, groups int) (*Broker, *Topic, *atomic
 		b.Fatal(err)
 	}
 	var handled atomic.Int64
-	h := func(context.Context, *Record, int) error { handled.Add(1); return nil }
+	h := func(context.Context, *Record, int, <-chan struct{}) error { handled.Add(1); return nil }
 	for g := range groups {
 		if _, err := br.Subscribe("bench", fmt.Sprintf("g%d", g), "c", h, nil, GroupConfig{}); err != nil {
 			b.Fatal(err)
@@ -155,7 +155,7 @@ func benchmarkIdle(b *testing.B, topics int) {
 		b.Fatal(err)
 	}
 	defer br.Close(context.Background())
-	h := func(context.Context, *Record, int) error { return nil }
+	h := func(context.Context, *Record, int, <-chan struct{}) error { return nil }
 	for i := range topics {
 		name := fmt.Sprintf("t%d", i)
 		if _, err := br.CreateTopic(name, TopicConfig{Partitions: partitions, Retention: Retention{MaxMessages: 16}}); err != nil {

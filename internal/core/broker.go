@@ -5,8 +5,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // State is a broker's lifecycle stage.
@@ -133,10 +135,10 @@ func (b *Broker) Topic(name string) (*Topic, error) {
 }
 
 // Subscribe adds consumer to group on topic, creating the group (with cfg)
-// on first use, and rebalances. cfg is ignored when the group exists.
-// onLeave, when not nil, is called once the consumer has left and its
-// workers have stopped, by Leave or by Close. Every argument is checked
-// before anything changes.
+// on first use, and rebalances. Joining an existing group with a cfg other
+// than the group's is ErrSubscription. onLeave, when not nil, is called once
+// the consumer has left and its workers have stopped, by Leave or by Close.
+// Every argument is checked before anything changes. It does not block.
 func (b *Broker) Subscribe(topic, group, consumer string, h Handler, onLeave func(), cfg GroupConfig) (*Group, error) {
 	switch {
 	case group == "":
@@ -151,34 +153,24 @@ func (b *Broker) Subscribe(topic, group, consumer string, h Handler, onLeave fun
 		return nil, err
 	}
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.State() != Running {
-		b.mu.Unlock()
 		return nil, fmt.Errorf("%w: subscribe to topic %q", ErrClosed, topic)
 	}
-	g, ok := b.groups[groupKey{topic, group}]
+	key := groupKey{topic, group}
+	g, ok := b.groups[key]
 	if !ok {
 		// A new group takes its first consumer before it is registered, and
 		// under b.mu, so Close cannot begin in between: a Subscribe that
-		// fails leaves no group behind. Nothing is in flight in a new group,
-		// so the join does not wait for workers.
-		g, err = newGroup(b, t, group, cfg)
-		if err == nil {
-			err = g.Join(consumer, h, onLeave)
-		}
-		if err != nil {
-			b.mu.Unlock()
+		// fails leaves no group behind.
+		if g, err = newGroup(b, t, group, cfg); err != nil {
 			return nil, fmt.Errorf("topic %q group %q: %w", topic, group, err)
 		}
-		b.groups[groupKey{topic, group}] = g
-		b.mu.Unlock()
-		return g, nil
 	}
-	b.mu.Unlock()
-	// Outside b.mu: joining an existing group waits for the deliveries in
-	// flight on the partitions that move.
-	if err := g.Join(consumer, h, onLeave); err != nil {
-		return nil, err
+	if err := g.Join(consumer, h, onLeave, cfg); err != nil {
+		return nil, fmt.Errorf("topic %q: %w", topic, err)
 	}
+	b.groups[key] = g
 	return g, nil
 }
 
@@ -205,42 +197,74 @@ func (b *Broker) Lag(group, topic string) (int64, error) {
 	return g.Lag(), nil
 }
 
-// Replay rewinds the group on every partition of topic; see Group.Replay.
-func (b *Broker) Replay(group, topic string, from int64) error {
+// Replay moves the group's cursors on every partition of topic; see
+// Group.Replay.
+func (b *Broker) Replay(ctx context.Context, group, topic string, from Start) error {
 	g, err := b.Group(group, topic)
 	if err != nil {
 		return err
 	}
-	return g.Replay(from)
+	return g.Replay(ctx, from)
 }
 
-// Drain blocks until every group that can make progress has committed every
-// record published so far, or until ctx ends (its error, wrapped). A paused
-// group, or one whose consumers all left, cannot make progress: Drain does
-// not wait for it, and its Lag stays visible. Drain is woken by commits; it
-// does not poll.
+// Drain blocks until every group has committed every record published so
+// far, and returns nil. A group with lag that cannot make progress (paused,
+// or without consumers) makes it return at once an error wrapping
+// ErrStalled that names the group; when ctx ends first, it returns an error
+// wrapping ctx's that names what was left. Drain is woken by commits and
+// by every change that can stall a group; it does not poll.
 func (b *Broker) Drain(ctx context.Context) error {
+	return b.drain(ctx, false)
+}
+
+// drain is Drain; with skipStalled it waits only for the groups that can
+// make progress, as Close does.
+func (b *Broker) drain(ctx context.Context, skipStalled bool) error {
 	for {
 		b.progressWatch.Add(1)
 		b.progressMu.Lock()
 		changed := b.progress
 		b.progressMu.Unlock()
-		done := b.caughtUp()
-		if !done {
-			select {
-			case <-changed:
-			case <-ctx.Done():
-				done = true
-			}
+		behind, stalled := b.behind()
+		if len(stalled) > 0 && !skipStalled {
+			b.progressWatch.Add(-1)
+			return fmt.Errorf("%w: %s", ErrStalled, strings.Join(stalled, "; "))
 		}
-		b.progressWatch.Add(-1)
-		if done {
-			if err := ctx.Err(); err != nil && !b.caughtUp() {
-				return fmt.Errorf("drain: %w", err)
+		if len(behind) == 0 {
+			b.progressWatch.Add(-1)
+			return nil
+		}
+		select {
+		case <-changed:
+			b.progressWatch.Add(-1)
+		case <-ctx.Done():
+			b.progressWatch.Add(-1)
+			if behind, _ := b.behind(); len(behind) > 0 {
+				return fmt.Errorf("%w; left: %s", ctx.Err(), strings.Join(behind, "; "))
 			}
 			return nil
 		}
 	}
+}
+
+// behind describes the groups that have lag: those that can make progress,
+// and those that cannot (stalled).
+func (b *Broker) behind() (behind, stalled []string) {
+	for _, g := range b.groupList() {
+		lag := g.Lag()
+		if lag == 0 {
+			continue
+		}
+		desc := fmt.Sprintf("group %q on topic %q lags %d", g.name, g.topic.name, lag)
+		if why := g.stalled(); why != "" {
+			stalled = append(stalled, desc+" and "+why)
+		} else {
+			behind = append(behind, desc)
+		}
+	}
+	slices.Sort(behind)
+	slices.Sort(stalled)
+	return behind, stalled
 }
 
 // notifyProgress wakes Drain. Callers: a commit that reached the end of its
@@ -258,20 +282,6 @@ func (b *Broker) notifyProgress() {
 	b.progressMu.Unlock()
 }
 
-func (b *Broker) caughtUp() bool {
-	for _, g := range b.groupList() {
-		if !g.active() {
-			continue
-		}
-		for _, gp := range g.parts {
-			if gp.cursor.Committed() < gp.part.End() {
-				return false
-			}
-		}
-	}
-	return true
-}
-
 func (b *Broker) groupList() []*Group {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -282,22 +292,31 @@ func (b *Broker) groupList() []*Group {
 	return groups
 }
 
+// closeGrace is how long Close waits, after its context ended and it
+// cancelled the handlers' context, for the handlers to return: long enough
+// for a handler that honours its context, short enough to be no more than
+// scheduling to the caller.
+const closeGrace = 10 * time.Millisecond
+
 // Close shuts the broker down gracefully:
 //
 //  1. it refuses new publishes, topics and subscriptions (ErrClosed), and
 //     producers blocked on a full partition fail with ErrClosed;
-//  2. it drains, as Drain, bounded by ctx;
-//  3. if ctx ended first, it cancels the handlers' context;
-//  4. it stops every worker and waits for it, and tells every consumer it
-//     left (a Stream's channel closes);
+//  2. it drains the groups that can make progress, bounded by ctx;
+//  3. it stops every worker and waits for it, bounded by ctx; when ctx
+//     ends first, it cancels the handlers' context and waits closeGrace
+//     more;
+//  4. it seals every cursor, so a handler still running commits nothing
+//     after Close returns, and tells every consumer it left (a Stream's
+//     channel closes once its workers exited);
 //  5. the state becomes Stopped.
 //
 // It returns nil when every group committed everything, and a
 // *ShutdownError listing each (group, topic, partition) left behind
-// otherwise, which wraps ctx's error when ctx ended first. Close is
+// otherwise, which wraps ctx's error when ctx ended first, or else an error
+// wrapping ErrStalled naming the groups that could not move. Close is
 // idempotent and safe to call concurrently: later calls wait for the first
-// (bounded by their own ctx) and return its result. A handler must not call
-// Close: Close waits for the handler.
+// (bounded by their own ctx) and return its result.
 func (b *Broker) Close(ctx context.Context) error {
 	b.mu.Lock()
 	first := b.closed == nil
@@ -325,23 +344,32 @@ func (b *Broker) Close(ctx context.Context) error {
 			p.seal()
 		}
 	}
-	drainErr := b.Drain(ctx)
-	if drainErr != nil {
-		b.stopHandlers()
-	}
+	_, stalled := b.behind()
+	drainErr := b.drain(ctx, true)
 	groups := b.groupList()
 	for _, g := range groups {
-		g.stop()
+		g.shutdown()
+	}
+	for _, g := range groups {
+		if g.waitStopped(ctx) != nil {
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		b.stopHandlers()
+		grace, cancel := context.WithTimeout(context.Background(), closeGrace)
+		for _, g := range groups {
+			if g.waitStopped(grace) != nil {
+				break
+			}
+		}
+		cancel()
 	}
 	b.stopHandlers()
 
 	var pending []Unfinished
 	for _, g := range groups {
-		for i, gp := range g.parts {
-			if c, end := gp.cursor.Committed(), gp.part.End(); c < end {
-				pending = append(pending, Unfinished{Group: g.name, Topic: g.topic.name, Partition: i, Committed: c, End: end})
-			}
-		}
+		pending = append(pending, g.unfinished()...)
 	}
 	slices.SortFunc(pending, func(x, y Unfinished) int {
 		return cmp.Or(cmp.Compare(x.Group, y.Group), cmp.Compare(x.Topic, y.Topic), cmp.Compare(x.Partition, y.Partition))
@@ -349,8 +377,11 @@ func (b *Broker) Close(ctx context.Context) error {
 	var err error
 	if len(pending) > 0 {
 		e := &ShutdownError{Unfinished: pending}
-		if drainErr != nil {
+		switch {
+		case drainErr != nil || ctx.Err() != nil:
 			e.Err = ctx.Err()
+		case len(stalled) > 0:
+			e.Err = fmt.Errorf("%w: %s", ErrStalled, strings.Join(stalled, "; "))
 		}
 		err = e
 	}

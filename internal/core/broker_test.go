@@ -187,9 +187,9 @@ func TestBlockedProducerWakesOnCommit(t *testing.T) {
 		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 1, BlockTimeout: time.Hour}})
 		release := make(chan struct{})
 		var h recorder
-		subscribe(t, b, "orders", "billing", "b1", func(ctx context.Context, rec *Record, attempt int) error {
+		subscribe(t, b, "orders", "billing", "b1", func(ctx context.Context, rec *Record, attempt int, _ <-chan struct{}) error {
 			<-release
-			return h.handler("b1")(ctx, rec, attempt)
+			return h.handler("b1")(ctx, rec, attempt, nil)
 		})
 		publish(t, orders, "", "one")
 		start := time.Now()
@@ -225,7 +225,7 @@ func TestDropOldestShedsAndFastForwardsASlowGroup(t *testing.T) {
 		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 3, OnFull: DropOldest}})
 		var h recorder
 		g := subscribe(t, b, "orders", "slow", "s1", h.handler("s1"))
-		g.Pause()
+		mustPause(t, g)
 		for _, v := range values("e", 6) {
 			publish(t, orders, "", v)
 		}
@@ -249,7 +249,7 @@ func TestAgeRetentionOnAFakeClock(t *testing.T) {
 	orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxAge: 10 * time.Second}})
 	var slow recorder
 	g := subscribe(t, b, "orders", "slow", "s1", slow.handler("s1"))
-	g.Pause() // an existing group that falls behind
+	mustPause(t, g) // an existing group that falls behind
 	publish(t, orders, "", "old-1")
 	publish(t, orders, "", "old-2")
 	clock.Advance(10 * time.Second)
@@ -310,13 +310,13 @@ func TestDropOldestSkipsBufferedRecordsEvictedBeforeTheirAttempt(t *testing.T) {
 		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 3, OnFull: DropOldest}})
 		gate := make(chan struct{})
 		var h recorder
-		g := subscribe(t, b, "orders", "slow", "s1", func(ctx context.Context, rec *Record, attempt int) error {
+		g := subscribe(t, b, "orders", "slow", "s1", func(ctx context.Context, rec *Record, attempt int, _ <-chan struct{}) error {
 			if string(rec.Value) == "r000" {
 				<-gate
 			}
-			return h.handler("s1")(ctx, rec, attempt)
+			return h.handler("s1")(ctx, rec, attempt, nil)
 		})
-		g.Pause()
+		mustPause(t, g)
 		for _, v := range values("r", 3) {
 			publish(t, orders, "", v)
 		}
@@ -447,7 +447,7 @@ func TestReplayRedeliversEverything(t *testing.T) {
 			publish(t, orders, "", v)
 		}
 		drain(t, b)
-		if err := b.Replay("billing", "orders", 0); err != nil {
+		if err := b.Replay(context.Background(), "billing", "orders", Start{Kind: StartOffset, Offset: 0}); err != nil {
 			t.Fatal(err)
 		}
 		drain(t, b)
@@ -463,7 +463,7 @@ func TestReplayRedeliversEverything(t *testing.T) {
 			}
 		}
 		// Replay from the middle: max(from, earliest), per partition.
-		if err := b.Replay("billing", "orders", 2); err != nil {
+		if err := b.Replay(context.Background(), "billing", "orders", Start{Kind: StartOffset, Offset: 2}); err != nil {
 			t.Fatal(err)
 		}
 		drain(t, b)
@@ -490,8 +490,9 @@ func TestLateSubscriberReadsTheBacklog(t *testing.T) {
 }
 
 // TestRebalanceNeitherLosesNorRedelivers: a consumer joins while the
-// partition that moves is in the middle of a delivery. The join waits for
-// that delivery to finish and commit; the new owner starts after it.
+// partition that moves is in the middle of a delivery. The join returns at
+// once; the delivery finishes and commits, and only then does the new owner
+// start on the partition.
 func TestRebalanceNeitherLosesNorRedelivers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
@@ -499,11 +500,11 @@ func TestRebalanceNeitherLosesNorRedelivers(t *testing.T) {
 		var h recorder
 		gate := make(chan struct{})
 		var gated sync.Once
-		slow := func(ctx context.Context, rec *Record, attempt int) error {
+		slow := func(ctx context.Context, rec *Record, attempt int, _ <-chan struct{}) error {
 			if rec.Partition() == 1 {
 				gated.Do(func() { <-gate })
 			}
-			return h.handler("c1")(ctx, rec, attempt)
+			return h.handler("c1")(ctx, rec, attempt, nil)
 		}
 		g := subscribe(t, b, "orders", "billing", "c1", slow)
 		for i := range 20 {
@@ -511,24 +512,19 @@ func TestRebalanceNeitherLosesNorRedelivers(t *testing.T) {
 		}
 		synctest.Wait() // c1 is inside the handler for partition 1's first record
 
-		joined := make(chan error)
-		go func() {
-			_, err := b.Subscribe("orders", "billing", "c2", h.handler("c2"), nil, GroupConfig{})
-			joined <- err
-		}()
-		synctest.Wait()
-		select {
-		case err := <-joined:
-			t.Fatalf("join returned (%v) before the moving partition's delivery finished", err)
-		default:
-		}
-		close(gate)
-		if err := <-joined; err != nil {
+		if _, err := b.Subscribe("orders", "billing", "c2", h.handler("c2"), nil, GroupConfig{}); err != nil {
 			t.Fatal(err)
 		}
 		if got := g.Assignment(); !slices.Equal(got["c1"], []int{0}) || !slices.Equal(got["c2"], []int{1}) {
 			t.Errorf("assignment %v, want c1:[0] c2:[1]", got)
 		}
+		synctest.Wait()
+		for _, d := range h.snapshot() {
+			if d.consumer == "c2" {
+				t.Fatalf("c2 got %s while c1's delivery on partition 1 was in flight", d.rec.Value)
+			}
+		}
+		close(gate)
 		for i := 20; i < 40; i++ {
 			publish(t, orders, "", fmt.Sprintf("e%03d", i))
 		}
@@ -553,7 +549,7 @@ func TestLeaveRebalancesToTheRest(t *testing.T) {
 		if _, err := b.Subscribe("orders", "billing", "c3", h.handler("c3"), func() { left = true }, GroupConfig{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := g.Leave("c3"); err != nil {
+		if err := g.Leave(context.Background(), "c3"); err != nil {
 			t.Fatal(err)
 		}
 		if !left {
@@ -574,7 +570,7 @@ func TestLeaveRebalancesToTheRest(t *testing.T) {
 		if got := sorted(h.acked()); !slices.Equal(got, values("e", 9)) {
 			t.Errorf("acked %v", got)
 		}
-		wantErr(t, g.Leave("c3"), ErrSubscription)
+		wantErr(t, g.Leave(context.Background(), "c3"), ErrSubscription)
 	})
 }
 
@@ -588,17 +584,17 @@ func TestSeek(t *testing.T) {
 			publish(t, orders, "", v)
 		}
 		drain(t, b)
-		if err := g.Seek(0, 3); err != nil {
+		if err := g.Seek(context.Background(), 0, 3); err != nil {
 			t.Fatal(err)
 		}
 		drain(t, b)
 		if got := h.acked()[5:]; !slices.Equal(got, []string{"e003", "e004"}) {
 			t.Errorf("after Seek(0, 3) got %v, want [e003 e004]", got)
 		}
-		wantErr(t, g.Seek(0, 6), ErrOffsetOutOfRange)
-		wantErr(t, g.Seek(0, -1), ErrOffsetOutOfRange)
-		wantErr(t, g.Seek(1, 0), ErrInvalid)
-		if err := g.Seek(0, 5); err != nil || g.Committed(0) != 5 {
+		wantErr(t, g.Seek(context.Background(), 0, 6), ErrOffsetOutOfRange)
+		wantErr(t, g.Seek(context.Background(), 0, -1), ErrOffsetOutOfRange)
+		wantErr(t, g.Seek(context.Background(), 1, 0), ErrInvalid)
+		if err := g.Seek(context.Background(), 0, 5); err != nil || g.Committed(0) != 5 {
 			t.Errorf("Seek to the end: %v, committed %d; want nil, 5", err, g.Committed(0))
 		}
 	})
@@ -610,9 +606,11 @@ func TestPauseAndResume(t *testing.T) {
 		orders := mustTopic(t, b, "orders", TopicConfig{})
 		var h recorder
 		g := subscribe(t, b, "orders", "billing", "b1", h.handler("b1"))
-		g.Pause()
+		mustPause(t, g)
 		publish(t, orders, "", "while-paused")
-		drain(t, b) // does not wait for a paused group
+		if err := b.Drain(context.Background()); !errors.Is(err, ErrStalled) || !strings.Contains(err.Error(), `"billing"`) {
+			t.Fatalf("Drain with a paused group that lags: %v, want ErrStalled naming billing", err)
+		}
 		synctest.Wait()
 		if got := h.acked(); len(got) != 0 || g.Lag() != 1 || !g.Paused() {
 			t.Fatalf("a paused group got %v (lag %d)", got, g.Lag())
@@ -630,7 +628,7 @@ func TestDeliveryStateWalk(t *testing.T) {
 		b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 2, BaseDelay: time.Second}})
 		orders := mustTopic(t, b, "orders", TopicConfig{})
 		step := make(chan error)
-		g := subscribe(t, b, "orders", "billing", "b1", func(context.Context, *Record, int) error { return <-step })
+		g := subscribe(t, b, "orders", "billing", "b1", func(context.Context, *Record, int, <-chan struct{}) error { return <-step })
 		synctest.Wait()
 		check := func(want DeliveryState, committed int64) {
 			t.Helper()
@@ -666,7 +664,7 @@ func TestAcksShownWhenAWorkerStopsMidRead(t *testing.T) {
 			publish(t, orders, "", v) // before anyone reads: the first read takes all five
 		}
 		inSecond, release := make(chan struct{}), make(chan struct{})
-		g := subscribe(t, b, "orders", "billing", "b1", func(_ context.Context, rec *Record, _ int) error {
+		g := subscribe(t, b, "orders", "billing", "b1", func(_ context.Context, rec *Record, _ int, _ <-chan struct{}) error {
 			if rec.Offset == 1 {
 				close(inSecond)
 				<-release
@@ -679,7 +677,7 @@ func TestAcksShownWhenAWorkerStopsMidRead(t *testing.T) {
 		}
 		paused := make(chan struct{})
 		go func() {
-			g.Pause()
+			mustPause(t, g)
 			close(paused)
 		}()
 		synctest.Wait() // Pause has told the worker to stop and waits for its delivery
@@ -771,12 +769,12 @@ func TestCloseReportsWhatWasLeft(t *testing.T) {
 		b := newBroker(t, Config{})
 		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 2})
 		var h recorder
-		subscribe(t, b, "orders", "billing", "b1", func(ctx context.Context, rec *Record, attempt int) error {
+		subscribe(t, b, "orders", "billing", "b1", func(ctx context.Context, rec *Record, attempt int, _ <-chan struct{}) error {
 			if rec.Partition() == 1 {
 				<-ctx.Done() // stuck until Close gives up
 				return ctx.Err()
 			}
-			return h.handler("b1")(ctx, rec, attempt)
+			return h.handler("b1")(ctx, rec, attempt, nil)
 		})
 		for _, v := range values("e", 4) {
 			publish(t, orders, "", v)
@@ -845,7 +843,7 @@ func TestStopMidBackoffDoesNotCommit(t *testing.T) {
 		if g.DeliveryState(0) != RetryScheduled {
 			t.Fatalf("state %v, want retry-scheduled", g.DeliveryState(0))
 		}
-		g.Pause() // interrupts the hour-long backoff
+		mustPause(t, g) // interrupts the hour-long backoff
 		if c := g.Committed(0); c != 0 {
 			t.Fatalf("committed %d after a stop mid-backoff, want 0", c)
 		}
@@ -861,7 +859,7 @@ func TestStopMidBackoffDoesNotCommit(t *testing.T) {
 func TestInvalidRequests(t *testing.T) {
 	b := newBroker(t, Config{})
 	mustTopic(t, b, "orders", TopicConfig{})
-	nop := func(context.Context, *Record, int) error { return nil }
+	nop := func(context.Context, *Record, int, <-chan struct{}) error { return nil }
 	_, err := NewBroker(Config{Retry: RetryPolicy{MaxAttempts: -1}})
 	wantErr(t, err, ErrInvalid)
 	tests := []struct {
@@ -881,7 +879,7 @@ func TestInvalidRequests(t *testing.T) {
 		{"negative group retries", second(b.Subscribe("orders", "g", "c", nop, nil, GroupConfig{Retry: RetryPolicy{MaxAttempts: -2}})), ErrInvalid},
 		{"negative dead-letter limit", second(b.Subscribe("orders", "g", "c", nop, nil, GroupConfig{DeadLetterLimit: -1})), ErrInvalid},
 		{"lag of unknown group", second(b.Lag("nope", "orders")), ErrSubscription},
-		{"replay unknown group", b.Replay("nope", "orders", 0), ErrSubscription},
+		{"replay unknown group", b.Replay(context.Background(), "nope", "orders", Start{Kind: StartOffset, Offset: 0}), ErrSubscription},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { wantErr(t, tt.err, tt.want) })
@@ -895,7 +893,7 @@ func TestInvalidRequests(t *testing.T) {
 func TestDuplicateConsumerName(t *testing.T) {
 	b := newBroker(t, Config{})
 	mustTopic(t, b, "orders", TopicConfig{})
-	nop := func(context.Context, *Record, int) error { return nil }
+	nop := func(context.Context, *Record, int, <-chan struct{}) error { return nil }
 	subscribe(t, b, "orders", "billing", "b1", nop)
 	_, err := b.Subscribe("orders", "billing", "b1", nop, nil, GroupConfig{})
 	wantErr(t, err, ErrSubscription)
@@ -923,7 +921,7 @@ func TestReclaimKeepsTheWholeWindow(t *testing.T) {
 		if s := orders.Partition(0).Stats(); s.Retained != 4 || s.Reclaimed != 6 {
 			t.Fatalf("stats %+v, want the last 4 records retained and 6 reclaimed", s)
 		}
-		if err := g.Replay(0); err != nil {
+		if err := g.Replay(context.Background(), Start{Kind: StartOffset, Offset: 0}); err != nil {
 			t.Fatal(err)
 		}
 		drain(t, b)
@@ -939,7 +937,7 @@ func TestDeadLettersOutliveReclaimedRecords(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 1}})
 		topic := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 2}})
-		g := subscribe(t, b, "orders", "billing", "b1", func(_ context.Context, rec *Record, _ int) error {
+		g := subscribe(t, b, "orders", "billing", "b1", func(_ context.Context, rec *Record, _ int, _ <-chan struct{}) error {
 			if strings.HasPrefix(string(rec.Value), "poison") {
 				return ErrPermanent
 			}
@@ -978,7 +976,7 @@ func TestDeadLettersOutliveReclaimedRecords(t *testing.T) {
 // is real (no synctest), so one round may see any interleaving.
 func TestSubscribeRacingCloseLeavesNoGroup(t *testing.T) {
 	const rounds, subscribers = 200, 4
-	ack := func(context.Context, *Record, int) error { return nil }
+	ack := func(context.Context, *Record, int, <-chan struct{}) error { return nil }
 	failed := 0
 	for range rounds {
 		b, err := NewBroker(Config{})

@@ -8,34 +8,40 @@ import (
 
 // The sentinel errors of the engine. The typed API re-exports these very
 // values, so errors.Is works across the boundary; every place that returns one
-// wraps it with the topic, partition, offset or group it concerns.
+// wraps it with the topic, partition, offset or group it concerns. Their
+// texts carry no "logbus:" prefix: the typed API puts it once at the front
+// of every error it returns.
 var (
 	// ErrTopicExists: creating a topic whose name is taken.
-	ErrTopicExists = errors.New("logbus: topic already exists")
+	ErrTopicExists = errors.New("topic already exists")
 	// ErrTopicNotFound: naming a topic that was never created.
-	ErrTopicNotFound = errors.New("logbus: topic not found")
+	ErrTopicNotFound = errors.New("topic not found")
 	// ErrClosed: the broker is draining or stopped and takes no new work.
-	ErrClosed = errors.New("logbus: broker closed")
+	ErrClosed = errors.New("broker closed")
 	// ErrBackpressure: a Block partition stayed full for its whole BlockTimeout.
-	ErrBackpressure = errors.New("logbus: partition full")
+	ErrBackpressure = errors.New("partition full")
 	// ErrOffsetOutOfRange: an offset below the earliest retained record or
 	// past the end of the partition.
-	ErrOffsetOutOfRange = errors.New("logbus: offset out of range")
+	ErrOffsetOutOfRange = errors.New("offset out of range")
 	// ErrSubscription: an empty group or consumer name, a duplicate consumer,
-	// a nil handler, or an unknown group or consumer.
-	ErrSubscription = errors.New("logbus: invalid subscription")
+	// a nil handler, options that differ from the group's, or an unknown
+	// group or consumer.
+	ErrSubscription = errors.New("invalid subscription")
 	// ErrInvalid: an impossible configuration value.
-	ErrInvalid = errors.New("logbus: invalid argument")
+	ErrInvalid = errors.New("invalid argument")
+	// ErrStalled: Drain found a group with lag that cannot make progress
+	// (paused, or without consumers).
+	ErrStalled = errors.New("group stalled")
 	// ErrPermanent is wrapped by handler errors that retrying cannot fix: the
 	// record goes to the dead-letter queue after one attempt.
-	ErrPermanent = errors.New("logbus: permanent failure")
+	ErrPermanent = errors.New("permanent failure")
 )
 
 // ErrAbandoned is returned by a handler that gives a delivery back without an
 // outcome (a Stream closed while it held the delivery). The worker neither
 // commits nor counts a failure; the record is delivered again to the
 // partition's next owner. It never reaches users.
-var ErrAbandoned = errors.New("logbus: delivery abandoned")
+var ErrAbandoned = errors.New("delivery abandoned")
 
 // ErrNotDelivered is ErrAbandoned for a delivery that never reached the
 // consumer (a Stream closed before anyone received it): the attempt is not
@@ -50,7 +56,7 @@ type PanicError struct {
 }
 
 func (e *PanicError) Error() string {
-	return fmt.Sprintf("logbus: handler panicked: %v", e.Value)
+	return fmt.Sprintf("handler panicked: %v", e.Value)
 }
 
 // Unwrap returns the panic value when it is an error, so errors.Is sees
@@ -68,6 +74,7 @@ type Unfinished struct {
 	Partition int
 	Committed int64 // the next offset the group would have read
 	End       int64 // the offset the next published record would have had
+	Running   bool  // a handler was still running when Close returned
 }
 
 // ShutdownError is returned by Close when records were left undelivered:
@@ -75,12 +82,12 @@ type Unfinished struct {
 // paused or memberless group could not drain at all.
 type ShutdownError struct {
 	Unfinished []Unfinished
-	Err        error // the context's error, or nil when the context did not end
+	Err        error // the context's error, or one wrapping ErrStalled
 }
 
 func (e *ShutdownError) Error() string {
 	var b strings.Builder
-	b.WriteString("logbus: close left records undelivered")
+	b.WriteString("close left records undelivered")
 	if e.Err != nil {
 		fmt.Fprintf(&b, " (%v)", e.Err)
 	}
@@ -92,6 +99,9 @@ func (e *ShutdownError) Error() string {
 		}
 		fmt.Fprintf(&b, "group %q topic %q partition %d committed %d end %d",
 			p.Group, p.Topic, p.Partition, p.Committed, p.End)
+		if p.Running {
+			b.WriteString(" (handler still running)")
+		}
 	}
 	return b.String()
 }

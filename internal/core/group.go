@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Handler processes one record for one group. It runs on the worker goroutine
@@ -16,14 +18,70 @@ import (
 //
 // rec is valid until the handler returns, not after: see Record.
 //
-// ctx ends only when the broker stops without finishing its drain: a handler
-// must return soon after, and Close waits for it.
-type Handler func(ctx context.Context, rec *Record, attempt int) error
+// revoked is closed when the group wants the partition back: a pause, a
+// seek or replay, a rebalance that moves it, or Close. A handler that has
+// not yet handed rec to anyone may give it back at once by returning
+// ErrNotDelivered; one that has must finish, and whoever asked waits for it
+// as long as their context allows. ctx ends only when Close gives up on
+// draining: a handler must return soon after.
+type Handler func(ctx context.Context, rec *Record, attempt int, revoked <-chan struct{}) error
 
 // GroupConfig is what a group is created with. Zero fields mean the defaults.
 type GroupConfig struct {
 	Retry           RetryPolicy // zero: the broker's policy
 	DeadLetterLimit int         // dead letters kept, oldest evicted first; default 1024
+	Start           Start       // where the group begins in every partition; zero: Earliest
+}
+
+// equal reports whether c and o configure a group the same way.
+func (c GroupConfig) equal(o GroupConfig) bool {
+	return c.Retry == o.Retry && c.DeadLetterLimit == o.DeadLetterLimit && c.Start.equal(o.Start)
+}
+
+// StartKind says how a Start picks an offset.
+type StartKind int8
+
+const (
+	StartEarliest StartKind = iota // the oldest retained record
+	StartLatest                    // the end: only records published later
+	StartOffset                    // Start.Offset, clamped to the retained range
+	StartTime                      // the first record whose Created is at or after Start.Time
+)
+
+// Start says where a group reads from in a partition. The zero Start is
+// StartEarliest.
+type Start struct {
+	Kind   StartKind
+	Offset int64
+	Time   time.Time
+}
+
+func (s Start) equal(o Start) bool {
+	return s.Kind == o.Kind && s.Offset == o.Offset && s.Time.Equal(o.Time)
+}
+
+func (s Start) String() string {
+	switch s.Kind {
+	case StartEarliest:
+		return "earliest"
+	case StartLatest:
+		return "latest"
+	case StartOffset:
+		return fmt.Sprintf("offset %d", s.Offset)
+	case StartTime:
+		return "time " + s.Time.Format(time.RFC3339Nano)
+	}
+	return fmt.Sprintf("Start(%d)", s.Kind)
+}
+
+func (s Start) validate() error {
+	switch {
+	case s.Kind < StartEarliest || s.Kind > StartTime:
+		return fmt.Errorf("%w: unknown start %v", ErrInvalid, s)
+	case s.Kind == StartOffset && s.Offset < 0:
+		return fmt.Errorf("%w: start at negative offset %d", ErrInvalid, s.Offset)
+	}
+	return nil
 }
 
 // GroupStats counts what a group's workers did. The counters belong to the
@@ -67,29 +125,32 @@ func (s DeliveryState) String() string {
 }
 
 // Group is a consumer group on one topic: members sharing one cursor per
-// partition, each partition owned by one member and served by one worker
-// goroutine.
+// partition, each partition owned by one member and served by at most one
+// worker goroutine at a time.
 //
-// Membership changes, pauses, seeks and stop are serialised by lock. They
-// wait for the workers they stop; a worker stops only between deliveries, so
-// none of them may be called from a handler of the same group.
+// Control calls (Join, Leave, Pause, Resume, Seek, Replay, shutdown) change
+// what the group wants under mu and tell the workers concerned to stop
+// after their current delivery; none of them holds a lock while it waits.
+// A worker that stops starts its successor itself when the group wants one
+// (a new owner, a resume) and no seek holds the partition, so a control
+// call that stops waiting when its context ends leaves nothing undone: the
+// change completes when the delivery in flight does. Only a seek, which
+// must move a cursor nobody reads, waits for the partition to be idle
+// before it acts, and is not applied if its context ends first.
 type Group struct {
 	name   string
 	topic  *Topic
 	broker *Broker
+	cfg    GroupConfig // as given at creation, to compare later joins with
 	retry  RetryPolicy
 
-	// lock serialises the operations that start and stop workers. It is a
-	// channel, not a mutex, so a goroutine waiting for it is durably blocked
-	// under testing/synctest.
-	lock chan struct{}
-
-	// mu guards the fields below for readers; writers hold lock as well.
-	mu      sync.Mutex
-	members []*member // in join order
+	mu      sync.Mutex // guards the fields below
+	members []*member  // in join order
 	paused  bool
-	stopped bool
-	parts   []*groupPartition
+	stopped bool          // Close began: no worker starts again
+	idle    chan struct{} // closed and replaced when a worker exits
+
+	parts []*groupPartition // fixed; each guarded by mu as its doc says
 
 	retried, deadLettered, skipped atomic.Int64 // Delivered is counted per partition
 	dlq                            deadLetters
@@ -98,16 +159,24 @@ type Group struct {
 type member struct {
 	name    string
 	handler Handler
-	onLeave func() // called once, after the member's workers have stopped; may be nil
+	onLeave func() // called once, after the member left and its last worker exited; may be nil
+
+	// Guarded by Group.mu.
+	left      bool // removed from the group, by Leave or shutdown
+	running   int  // workers serving it
+	finishing bool // someone took the job of calling onLeave
+	gone      bool // onLeave returned: the member is entirely out
 }
 
 // groupPartition is the group's state for one partition. It outlives the
 // workers that serve it.
 type groupPartition struct {
+	index  int
 	part   *Partition
 	cursor *Cursor
-	owner  *member // guarded by Group.mu; nil when the group has no members
-	w      *worker // guarded by Group.lock; nil when no worker runs
+	owner  *member // guarded by Group.mu: who should serve it; nil when the group has no members
+	w      *worker // guarded by Group.mu: the worker serving it, stopping or not; nil when none runs
+	holds  int     // guarded by Group.mu: seeks waiting for the partition to be idle; no worker starts meanwhile
 
 	// progress is the partition's DeliveryState (the low 8 bits) and the
 	// count of its acks (the rest), in one word so that a state and the
@@ -118,8 +187,8 @@ type groupPartition struct {
 
 	// The attempts made on the record at retryOffset, kept across workers so
 	// that a redelivery after a rebalance continues the count. Only the
-	// running worker touches them; the stop/start of workers orders the
-	// accesses of successive workers.
+	// running worker touches them, or a seek while none runs; Group.mu,
+	// which a worker takes to exit and a seek holds, orders the accesses.
 	retryOffset int64
 	attempts    int
 
@@ -165,24 +234,25 @@ func newGroup(b *Broker, t *Topic, name string, cfg GroupConfig) (*Group, error)
 	case limit == 0:
 		limit = DefaultDeadLetterLimit
 	}
+	if err := cfg.Start.validate(); err != nil {
+		return nil, err
+	}
 	g := &Group{
 		name:   name,
 		topic:  t,
 		broker: b,
+		cfg:    cfg,
 		retry:  retry,
-		lock:   make(chan struct{}, 1),
+		idle:   make(chan struct{}),
 		dlq:    deadLetters{limit: limit},
 	}
 	for _, p := range t.parts {
 		c := b.offsets.Cursor(OffsetKey{Group: name, Topic: t.name, Partition: p.index})
-		p.subscribe(c)
-		g.parts = append(g.parts, &groupPartition{part: p, cursor: c, retryOffset: -1})
+		p.subscribe(c, name, cfg.Start)
+		g.parts = append(g.parts, &groupPartition{index: p.index, part: p, cursor: c, retryOffset: -1})
 	}
 	return g, nil
 }
-
-func (g *Group) acquire() { g.lock <- struct{}{} }
-func (g *Group) release() { <-g.lock }
 
 // Name returns the group's name.
 func (g *Group) Name() string { return g.name }
@@ -190,55 +260,93 @@ func (g *Group) Name() string { return g.name }
 // Topic returns the name of the group's topic.
 func (g *Group) Topic() string { return g.topic.name }
 
-// Join adds a member and rebalances. It waits for the partitions that move
-// to finish their current delivery. After the broker began closing it fails
-// with ErrClosed.
-func (g *Group) Join(name string, h Handler, onLeave func()) error {
+// Join adds a member and rebalances. It does not wait: a partition that
+// moves to the new member finishes its current delivery first. cfg must
+// equal the group's own configuration (ErrSubscription otherwise). After
+// the broker began closing it fails with ErrClosed.
+func (g *Group) Join(name string, h Handler, onLeave func(), cfg GroupConfig) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: group %q: empty consumer name", ErrSubscription, g.name)
 	case h == nil:
 		return fmt.Errorf("%w: group %q consumer %q: nil handler", ErrSubscription, g.name, name)
+	case !cfg.equal(g.cfg):
+		return fmt.Errorf("%w: group %q exists with other options than consumer %q gives", ErrSubscription, g.name, name)
 	}
-	g.acquire()
-	defer g.release()
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.stopped || g.broker.State() != Running {
 		return fmt.Errorf("%w: join group %q", ErrClosed, g.name)
 	}
 	if g.memberLocked(name) != nil {
 		return fmt.Errorf("%w: group %q already has consumer %q", ErrSubscription, g.name, name)
 	}
-	g.mu.Lock()
 	g.members = append(g.members, &member{name: name, handler: h, onLeave: onLeave})
-	g.mu.Unlock()
 	g.rebalanceLocked()
 	return nil
 }
 
-// Leave removes a member and rebalances: its partitions finish their current
-// delivery, then move to the remaining members, which start at the committed
-// offsets. A delivery the member had not acked is delivered again.
-func (g *Group) Leave(name string) error {
-	g.acquire()
+// Leave removes a member and rebalances: its partitions finish their
+// current delivery, then move to the remaining members, which start at the
+// committed offsets. Leave waits for those deliveries until ctx ends; when
+// it ends first, Leave returns an error wrapping ctx's, and the partitions
+// move as soon as their deliveries end.
+func (g *Group) Leave(ctx context.Context, name string) error {
+	g.mu.Lock()
 	if g.stopped {
-		g.release()
+		g.mu.Unlock()
 		return fmt.Errorf("%w: leave group %q", ErrClosed, g.name)
 	}
 	m := g.memberLocked(name)
 	if m == nil {
-		g.release()
+		g.mu.Unlock()
 		return fmt.Errorf("%w: group %q has no consumer %q", ErrSubscription, g.name, name)
 	}
-	g.mu.Lock()
 	g.members = slices.DeleteFunc(g.members, func(x *member) bool { return x == m })
-	g.mu.Unlock()
+	m.left = true
 	g.rebalanceLocked()
-	g.release()
+	if m.finishLocked() {
+		g.mu.Unlock()
+		g.finishLeave(m)
+		g.mu.Lock()
+	}
+	err := g.waitLocked(ctx, func() bool { return m.gone })
+	if err != nil {
+		err = fmt.Errorf("leave group %q: consumer %q still has deliveries in flight on %s: %w",
+			g.name, name, g.partitionsLocked(func(gp *groupPartition) bool { return gp.w != nil && gp.w.m == m }), err)
+	}
+	g.mu.Unlock()
 	g.broker.notifyProgress() // a group without members no longer holds Drain up
+	return err
+}
+
+// finishLocked reports whether the caller is the one to finish the
+// member's leaving (see finishLeave): it left and no worker serves it any
+// more, and nobody took the job yet.
+func (m *member) finishLocked() bool {
+	if !m.left || m.running > 0 || m.finishing {
+		return false
+	}
+	m.finishing = true
+	return true
+}
+
+// finishLeave calls the member's onLeave, outside mu, then marks it gone
+// and wakes whoever waits for that (Leave).
+func (g *Group) finishLeave(m *member) {
 	if m.onLeave != nil {
 		m.onLeave()
 	}
-	return nil
+	g.mu.Lock()
+	m.gone = true
+	g.broadcastLocked()
+	g.mu.Unlock()
+}
+
+// broadcastLocked wakes every waitLocked.
+func (g *Group) broadcastLocked() {
+	close(g.idle)
+	g.idle = make(chan struct{})
 }
 
 func (g *Group) memberLocked(name string) *member {
@@ -250,8 +358,9 @@ func (g *Group) memberLocked(name string) *member {
 	return nil
 }
 
-// rebalanceLocked deals the partitions out again and restarts only the
-// workers of the partitions that changed hands.
+// rebalanceLocked deals the partitions out again. The workers of the
+// partitions that change hands are told to stop; each starts its
+// successor, for the new owner, when it exits.
 func (g *Group) rebalanceLocked() {
 	names := make([]string, len(g.members))
 	for i, m := range g.members {
@@ -263,42 +372,85 @@ func (g *Group) rebalanceLocked() {
 			prev[i] = gp.owner.name
 		}
 	}
-	owners := assign(names, len(g.parts), prev)
-	g.stopWorkersLocked(func(i int) bool { return owners[i] != prev[i] })
-	g.mu.Lock()
-	for i, gp := range g.parts {
-		gp.owner = g.memberLocked(owners[i])
-	}
-	g.mu.Unlock()
-	g.startWorkersLocked()
-}
-
-// stopWorkersLocked stops the workers of the partitions that match: all are
-// told first, then each is waited for, so the slowest delivery bounds the
-// wait, not their sum.
-func (g *Group) stopWorkersLocked(match func(partition int) bool) {
-	var stopping []*worker
-	for i, gp := range g.parts {
-		if gp.w != nil && match(i) {
+	for i, owner := range assign(names, len(g.parts), prev) {
+		gp := g.parts[i]
+		if owner == prev[i] {
+			continue
+		}
+		gp.owner = g.memberLocked(owner)
+		if gp.w != nil {
 			gp.w.signal()
-			stopping = append(stopping, gp.w)
-			gp.w = nil
 		}
 	}
-	for _, w := range stopping {
-		w.wait()
+	g.startLocked()
+}
+
+// startLocked starts a worker on every partition that should have one and
+// has none.
+func (g *Group) startLocked() {
+	for _, gp := range g.parts {
+		g.startOneLocked(gp)
 	}
 }
 
-func (g *Group) startWorkersLocked() {
-	if g.paused || g.stopped {
+// startOneLocked starts a worker on gp if the group wants one there: it
+// has an owner, the group is neither paused nor stopped, no seek holds it,
+// and no worker, stopping or not, serves it (which is what keeps each
+// partition to one worker at a time).
+func (g *Group) startOneLocked(gp *groupPartition) {
+	if gp.w != nil || gp.owner == nil || gp.holds > 0 || g.paused || g.stopped {
 		return
 	}
-	for _, gp := range g.parts {
-		if gp.owner != nil && gp.w == nil {
-			gp.w = startWorker(g, gp, gp.owner)
+	gp.owner.running++
+	gp.w = startWorker(g, gp, gp.owner)
+}
+
+// exited is the last thing a worker does. It hands the partition on: to a
+// successor, if the group wants one, and to whoever waits for it to be idle.
+func (g *Group) exited(w *worker) {
+	g.mu.Lock()
+	gp, m := w.gp, w.m
+	gp.w = nil
+	m.running--
+	finish := m.finishLocked()
+	g.startOneLocked(gp)
+	g.broadcastLocked()
+	g.mu.Unlock()
+	if finish {
+		g.finishLeave(m)
+	}
+}
+
+// waitLocked waits until done, which is read under mu, holds, or ctx ends.
+// mu is held on entry and on return, and released while waiting.
+func (g *Group) waitLocked(ctx context.Context, done func() bool) error {
+	for !done() {
+		idle := g.idle
+		g.mu.Unlock()
+		select {
+		case <-idle:
+		case <-ctx.Done():
+		}
+		g.mu.Lock()
+		if err := ctx.Err(); err != nil && !done() {
+			return err
 		}
 	}
+	return nil
+}
+
+// partitionsLocked names the partitions that match, for error messages.
+func (g *Group) partitionsLocked(match func(*groupPartition) bool) string {
+	var b strings.Builder
+	b.WriteString("partitions")
+	sep := " "
+	for _, gp := range g.parts {
+		if match(gp) {
+			fmt.Fprintf(&b, "%s%d (offset %d)", sep, gp.index, gp.cursor.Committed())
+			sep = ", "
+		}
+	}
+	return b.String()
 }
 
 // Assignment returns each member's partitions. Members that own none are
@@ -329,27 +481,36 @@ func (g *Group) Members() []string {
 	return names
 }
 
-// Pause stops every worker of the group after its current delivery; the
-// records stay in the log and the offsets where they are. A no-op after the
+// Pause stops the group's deliveries after the ones in flight; the records
+// stay in the log and the offsets where they are. The group is paused at
+// once; Pause waits for the deliveries in flight until ctx ends, and then
+// returns an error wrapping ctx's that names them. A no-op after the
 // broker stopped.
-func (g *Group) Pause() {
-	g.acquire()
-	defer g.release()
+func (g *Group) Pause(ctx context.Context) error {
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return nil
+	}
 	g.paused = true
-	g.mu.Unlock()
-	g.stopWorkersLocked(func(int) bool { return true })
+	g.signalLocked(func(*groupPartition) bool { return true })
 	g.broker.notifyProgress() // a paused group no longer holds Drain up
+	if err := g.waitLocked(ctx, g.noWorkerLocked(func(*groupPartition) bool { return true })); err != nil {
+		return fmt.Errorf("pause group %q: deliveries still in flight on %s: %w",
+			g.name, g.partitionsLocked(func(gp *groupPartition) bool { return gp.w != nil }), err)
+	}
+	return nil
 }
 
-// Resume restarts the workers from the committed offsets.
+// Resume restarts deliveries from the committed offsets. It does not wait:
+// a partition whose delivery from before the pause is still in flight
+// restarts when that delivery ends. A no-op after the broker stopped.
 func (g *Group) Resume() {
-	g.acquire()
-	defer g.release()
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.paused = false
-	g.mu.Unlock()
-	g.startWorkersLocked()
+	g.startLocked()
+	g.broker.notifyProgress() // Drain may have been told the group stalled
 }
 
 // Paused reports whether the group is paused.
@@ -359,45 +520,86 @@ func (g *Group) Paused() bool {
 	return g.paused
 }
 
+func (g *Group) signalLocked(match func(*groupPartition) bool) {
+	for _, gp := range g.parts {
+		if gp.w != nil && match(gp) {
+			gp.w.signal()
+		}
+	}
+}
+
+func (g *Group) noWorkerLocked(match func(*groupPartition) bool) func() bool {
+	return func() bool {
+		for _, gp := range g.parts {
+			if gp.w != nil && match(gp) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 // Seek moves the group's cursor on one partition to offset, which must lie
 // within [earliest retained, end]; anything else is ErrOffsetOutOfRange. The
 // partition's worker finishes its current delivery first and restarts at
-// offset. A seek starts a new epoch: attempt counts start again.
-func (g *Group) Seek(partition int, offset int64) error {
+// offset; Seek waits for it until ctx ends, and when ctx ends first it
+// moves nothing and returns an error wrapping ctx's. A seek starts a new
+// epoch: attempt counts start again.
+func (g *Group) Seek(ctx context.Context, partition int, offset int64) error {
 	if partition < 0 || partition >= len(g.parts) {
-		return fmt.Errorf("%w: group %q: topic %q has no partition %d", ErrInvalid, g.name, g.topic.name, partition)
+		return fmt.Errorf("%w: topic %q has no partition %d", ErrInvalid, g.topic.name, partition)
 	}
-	return g.reposition(func(i int) bool { return i == partition }, offset, false)
+	if earliest, end := g.parts[partition].part.Bounds(); offset < earliest || offset > end {
+		return g.parts[partition].part.outOfRange(offset, earliest, end)
+	}
+	return g.reposition(ctx, func(gp *groupPartition) bool { return gp.index == partition },
+		func(gp *groupPartition) error { return gp.part.seek(gp.cursor, offset) })
 }
 
-// Replay rewinds every partition to max(from, earliest retained), or to the
-// end where from is past it. It is a seek on every partition at once.
-func (g *Group) Replay(from int64) error {
-	if from < 0 {
-		return fmt.Errorf("%w: group %q: replay from negative offset %d", ErrInvalid, g.name, from)
+// Replay moves every partition's cursor to from (see Start), at once: the
+// workers finish their current deliveries, and no partition restarts
+// before every cursor moved. Like Seek, it waits until ctx ends, and then
+// moves nothing.
+func (g *Group) Replay(ctx context.Context, from Start) error {
+	if err := from.validate(); err != nil {
+		return err
 	}
-	return g.reposition(func(int) bool { return true }, from, true)
+	return g.reposition(ctx, func(*groupPartition) bool { return true },
+		func(gp *groupPartition) error { gp.part.seekStart(gp.cursor, from); return nil })
 }
 
-func (g *Group) reposition(match func(int) bool, offset int64, clamp bool) error {
-	g.acquire()
-	defer g.release()
+// reposition holds the partitions that match, waits for their workers to
+// exit, then moves each cursor with move and starts the workers again.
+func (g *Group) reposition(ctx context.Context, match func(*groupPartition) bool, move func(*groupPartition) error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.stopped {
-		return fmt.Errorf("%w: seek group %q", ErrClosed, g.name)
+		return fmt.Errorf("%w: group %q", ErrClosed, g.name)
 	}
-	g.stopWorkersLocked(match)
-	var err error
-	for i, gp := range g.parts {
-		if !match(i) {
+	for _, gp := range g.parts {
+		if match(gp) {
+			gp.holds++
+		}
+	}
+	g.signalLocked(match)
+	err := g.waitLocked(ctx, g.noWorkerLocked(match))
+	if err != nil {
+		err = fmt.Errorf("group %q: moved nothing: deliveries still in flight on %s: %w",
+			g.name, g.partitionsLocked(func(gp *groupPartition) bool { return match(gp) && gp.w != nil }), err)
+	}
+	for _, gp := range g.parts {
+		if !match(gp) {
 			continue
 		}
-		if _, err = gp.part.seek(gp.cursor, offset, clamp); err != nil {
-			err = fmt.Errorf("group %q: %w", g.name, err)
-			break
+		if err == nil && !g.stopped {
+			if err = move(gp); err != nil {
+				err = fmt.Errorf("group %q: %w", g.name, err)
+			}
+			gp.retryOffset, gp.attempts = -1, 0
 		}
-		gp.retryOffset, gp.attempts = -1, 0
+		gp.holds--
 	}
-	g.startWorkersLocked()
+	g.startLocked()
 	g.broker.notifyProgress()
 	return err
 }
@@ -451,27 +653,66 @@ func (g *Group) DeadLetters() []DeadLetter {
 	return letters
 }
 
-// active reports whether the group can make progress: it has a member and
-// is not paused. Drain waits only for active groups.
-func (g *Group) active() bool {
+// stalled reports why the group cannot make progress ("is paused", "has
+// no consumers"), or "" when it can. Drain waits only for groups that can.
+func (g *Group) stalled() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return len(g.members) > 0 && !g.paused && !g.stopped
+	switch {
+	case g.stopped:
+		return "is stopped"
+	case g.paused:
+		return "is paused"
+	case len(g.members) == 0:
+		return "has no consumers"
+	}
+	return ""
 }
 
-// stop stops every worker for good and tells every member it left. Used by
-// Broker.Close.
-func (g *Group) stop() {
-	g.acquire()
+// shutdown stops the group for good: no worker starts again, the running
+// ones are told to stop, and every member counts as left (its onLeave runs
+// once its workers exited). Used by Broker.Close.
+func (g *Group) shutdown() {
 	g.mu.Lock()
 	g.stopped = true
-	members := slices.Clone(g.members)
-	g.mu.Unlock()
-	g.stopWorkersLocked(func(int) bool { return true })
-	g.release()
-	for _, m := range members {
-		if m.onLeave != nil {
-			m.onLeave()
+	g.signalLocked(func(*groupPartition) bool { return true })
+	var finish []*member
+	for _, m := range g.members {
+		m.left = true
+		if m.finishLocked() {
+			finish = append(finish, m)
 		}
 	}
+	g.mu.Unlock()
+	for _, m := range finish {
+		g.finishLeave(m)
+	}
+}
+
+// waitStopped waits, until ctx ends, for the group's workers to exit and
+// its members to be told they left.
+func (g *Group) waitStopped(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	noWorker := g.noWorkerLocked(func(*groupPartition) bool { return true })
+	return g.waitLocked(ctx, func() bool {
+		return noWorker() && !slices.ContainsFunc(g.members, func(m *member) bool { return !m.gone })
+	})
+}
+
+// unfinished lists the partitions the group has not committed to the end,
+// and whether a worker still runs there. The cursors are sealed first, so
+// nothing committed later changes what it reports.
+func (g *Group) unfinished() []Unfinished {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []Unfinished
+	for _, gp := range g.parts {
+		c := gp.cursor.Seal()
+		if end := gp.part.End(); c < end || gp.w != nil {
+			out = append(out, Unfinished{Group: g.name, Topic: g.topic.name, Partition: gp.index,
+				Committed: c, End: end, Running: gp.w != nil})
+		}
+	}
+	return out
 }

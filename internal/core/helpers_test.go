@@ -80,7 +80,7 @@ type recorder struct {
 }
 
 func (r *recorder) handler(consumer string) Handler {
-	return func(_ context.Context, rec *Record, attempt int) error {
+	return func(_ context.Context, rec *Record, attempt int, _ <-chan struct{}) error {
 		var err error
 		if r.fail != nil {
 			err = r.fail(rec, attempt)
@@ -173,5 +173,13 @@ func wantErr(t *testing.T, err, target error) {
 	t.Helper()
 	if !errors.Is(err, target) {
 		t.Fatalf("got error %v, want one wrapping %v", err, target)
+	}
+}
+
+// mustPause pauses g, waiting as long as its deliveries take.
+func mustPause(t testing.TB, g *Group) {
+	t.Helper()
+	if err := g.Pause(context.Background()); err != nil {
+		t.Fatalf("Pause: %v", err)
 	}
 }

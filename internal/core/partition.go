@@ -228,7 +228,7 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		p.mu.Lock()
 		if p.sealed {
 			p.mu.Unlock()
-			return n, freed, fmt.Errorf("%w: publish to topic %q partition %d", ErrClosed, p.topic, p.index)
+			return n, freed, fmt.Errorf("%w: partition %d", ErrClosed, p.index)
 		}
 		p.expireLocked(now)
 		stored := n
@@ -286,7 +286,7 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 			timedOut = true
 		case <-ctx.Done():
 			stopExpiry()
-			return n, freed, fmt.Errorf("publish to topic %q partition %d: waiting for room: %w", p.topic, p.index, ctx.Err())
+			return n, freed, fmt.Errorf("partition %d: waiting for room: %w", p.index, ctx.Err())
 		}
 		stopExpiry()
 	}
@@ -439,14 +439,35 @@ func (p *Partition) wakeProducersLocked() {
 }
 
 // subscribe makes a new group's cursor part of the low-water mark and starts
-// it at the oldest retained record: what was trimmed before the group
-// existed is not the group's loss, so it is not counted as skipped.
-func (p *Partition) subscribe(c *Cursor) {
+// it where from says, in one step under the lock, so no record before that
+// point is ever read by the group. What was trimmed before the group existed
+// is not the group's loss, so it is not counted as skipped.
+func (p *Partition) subscribe(c *Cursor, group string, from Start) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	c.Set(p.base)
+	c.Set(p.startLocked(from))
 	p.cursors = append(p.cursors, c)
-	p.lowWater = p.base
+	p.lowWater = min(p.lowWater, c.Committed())
+}
+
+// startLocked returns the offset from names: within [base, next].
+func (p *Partition) startLocked(from Start) int64 {
+	switch from.Kind {
+	case StartLatest:
+		return p.next
+	case StartOffset:
+		return min(max(from.Offset, p.base), p.next)
+	case StartTime:
+		// Created follows the clock, which a test may move back: look at
+		// every retained record rather than bisect.
+		for o := p.base; o < p.next; o++ {
+			if !p.ring.load(o).Created.Before(from.Time) {
+				return o
+			}
+		}
+		return p.next
+	}
+	return p.base
 }
 
 // expiryLocked returns a channel that fires when the oldest record becomes
@@ -465,22 +486,36 @@ func (p *Partition) expiryLocked(now time.Time) (<-chan time.Time, func() bool) 
 	return t.C, t.Stop
 }
 
-// seek moves c to offset. With clamp, an offset outside the retained range
-// is moved into it; without, it is ErrOffsetOutOfRange. Holding mu makes the
-// range check and the move one step, so no reclaim slips between them.
-func (p *Partition) seek(c *Cursor, offset int64, clamp bool) (int64, error) {
+// seek moves c to offset, which must lie within [base, next]: else
+// ErrOffsetOutOfRange. Holding mu makes the range check and the move one
+// step, so no reclaim slips between them.
+func (p *Partition) seek(c *Cursor, offset int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if clamp {
-		offset = min(max(offset, p.base), p.next)
-	} else if offset < p.base || offset > p.next {
-		return 0, fmt.Errorf("%w: topic %q partition %d offset %d, retained [%d, %d]",
-			ErrOffsetOutOfRange, p.topic, p.index, offset, p.base, p.next)
+	if offset < p.base || offset > p.next {
+		return p.outOfRange(offset, p.base, p.next)
 	}
+	p.moveLocked(c, offset)
+	return nil
+}
+
+// seekStart moves c to where from says.
+func (p *Partition) seekStart(c *Cursor, from Start) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.moveLocked(c, p.startLocked(from))
+}
+
+func (p *Partition) moveLocked(c *Cursor, offset int64) {
 	c.Set(offset)
 	p.lowWater = min(p.lowWater, offset)
 	p.wakeProducersLocked() // a forward seek can free room
-	return offset, nil
+}
+
+// outOfRange is the error of a seek to offset outside [earliest, end].
+func (p *Partition) outOfRange(offset, earliest, end int64) error {
+	return fmt.Errorf("%w: topic %q partition %d: offset %d outside [%d, %d], the earliest retained and the end",
+		ErrOffsetOutOfRange, p.topic, p.index, offset, earliest, end)
 }
 
 // seal refuses further appends and wakes every blocked producer, which then

@@ -217,10 +217,10 @@ func (t *Topic) releaseBatch(b *batch) {
 // ctx already done.
 func (t *Topic) publishable(ctx context.Context) error {
 	if t.broker.State() != Running {
-		return fmt.Errorf("%w: publish to topic %q", ErrClosed, t.name)
+		return ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("publish to topic %q: %w", t.name, err)
+		return err
 	}
 	return nil
 }
@@ -229,7 +229,7 @@ func (t *Topic) publishable(ctx context.Context) error {
 func (t *Topic) prepare(rec *Record, now time.Time) error {
 	p := t.partitioner.Partition(rec.Key, len(t.parts))
 	if p < 0 || p >= len(t.parts) {
-		return fmt.Errorf("%w: topic %q: partitioner chose partition %d of %d", ErrInvalid, t.name, p, len(t.parts))
+		return fmt.Errorf("%w: partitioner chose partition %d of %d", ErrInvalid, p, len(t.parts))
 	}
 	rec.Headers = maps.Clone(rec.Headers)
 	rec.Created = now

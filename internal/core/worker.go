@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -14,12 +13,14 @@ import (
 // one read without the partition's lock, and delivers them.
 const readBatch = 64
 
-// worker is the goroutine that serves one (group, partition): read at the
-// committed offset, deliver, retry with backoff, dead-letter, commit. Being
-// the only reader of the partition for its group is what orders the
-// partition's records for the group.
+// worker is the goroutine that serves one (group, partition) for one
+// member: read at the committed offset, deliver, retry with backoff,
+// dead-letter, commit. Being the only reader of the partition for its group
+// is what orders the partition's records for the group.
 //
-// Its owner is the group, which starts it, signals it and waits for it.
+// Its owner is the group, which starts it and signals it to stop; the
+// worker then finishes its current delivery, exits, and tells the group
+// (Group.exited), which may start its successor.
 type worker struct {
 	g  *Group
 	gp *groupPartition
@@ -28,27 +29,30 @@ type worker struct {
 	stop    chan struct{} // closed by signal: finish the current delivery, then exit
 	stopped atomic.Bool   // set by signal before it closes stop: checked per record, for less than a select costs
 	bell    chan struct{} // rung by the partition when records arrive; see Partition.Read
-	wg      sync.WaitGroup
 	buf     [readBatch]*Record
 
 	readEnd int64 // the offset after the last record read
 }
 
+// startWorker starts the worker of gp for m. The caller holds g.mu.
 func startWorker(g *Group, gp *groupPartition, m *member) *worker {
 	w := &worker{g: g, gp: gp, m: m, stop: make(chan struct{}), bell: make(chan struct{}, 1)}
 	// The goroutine exits when stop is closed, after its current delivery;
 	// sooner, without committing, when the broker's handler context ends
 	// while a delivery is in flight.
-	w.wg.Go(w.run)
+	go func() {
+		defer g.exited(w)
+		w.run()
+	}()
 	return w
 }
 
+// signal tells the worker to stop. Idempotent; the caller holds g.mu.
 func (w *worker) signal() {
-	w.stopped.Store(true)
-	close(w.stop)
+	if w.stopped.CompareAndSwap(false, true) {
+		close(w.stop)
+	}
 }
-
-func (w *worker) wait() { w.wg.Wait() }
 
 func (w *worker) stopping() bool { return w.stopped.Load() }
 
@@ -200,5 +204,5 @@ func (w *worker) call(rec *Record, attempt int) (err error) {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return w.m.handler(w.g.broker.handlerCtx, rec, attempt)
+	return w.m.handler(w.g.broker.handlerCtx, rec, attempt, w.stop)
 }

@@ -70,7 +70,9 @@ func TestNewBrokerReportsUndelivered(t *testing.T) {
 		b := pubsubtest.NewBroker(tb)
 		topic := mustTopic(t, b, "orders")
 		g := mustSubscribe(t, topic, "billing", pubsubtest.NewRecorder[string]())
-		g.Pause()
+		if err := g.Pause(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 		mustPublish(t, topic, "k", "stuck")
 
 		tb.runCleanups()
@@ -113,7 +115,9 @@ func TestNewBrokerQuietWhenTestClosed(t *testing.T) {
 		b := pubsubtest.NewBroker(tb)
 		topic := mustTopic(t, b, "orders")
 		g := mustSubscribe(t, topic, "billing", pubsubtest.NewRecorder[string]())
-		g.Pause()
+		if err := g.Pause(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 		mustPublish(t, topic, "k", "stuck")
 
 		var shutdown *pubsub.ShutdownError

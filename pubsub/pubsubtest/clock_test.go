@@ -1,6 +1,7 @@
 package pubsubtest_test
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -137,10 +138,16 @@ func TestClockDatesDeadLetters(t *testing.T) {
 		rec.FailWith(func(pubsub.Message[string]) error { return pubsub.ErrPermanent })
 		g := mustSubscribe(t, topic, "billing", rec)
 
-		g.Pause()
+		if err := g.Pause(context.Background()); err != nil {
+
+			t.Fatal(err)
+
+		}
 		mustPublish(t, topic, "alice", "alice:paid")
 		clock.Advance(5 * time.Minute)
-		g.Resume()
+		if err := g.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 		pubsubtest.Drain(t, b)
 
 		dls := g.DeadLetters()
