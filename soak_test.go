@@ -203,13 +203,14 @@ type soakGroup struct {
 	group  *pubsub.Group[int]
 	log    *soakLog
 	extras int // consumers joined by churn and not yet gone
+	limit  int // its dead-letter limit: every consumer joins with the group's options
 }
 
 func soakSubscribe(t *testing.T, topic *pubsub.Topic[string, int], n int) []*soakGroup {
 	t.Helper()
 	groups := make([]*soakGroup, soakGroups)
 	for g := range groups {
-		sg := &soakGroup{name: fmt.Sprintf("g%d", g), log: newSoakLog(n)}
+		sg := &soakGroup{name: fmt.Sprintf("g%d", g), log: newSoakLog(n), limit: n}
 		for c := range 2 {
 			group, err := topic.Subscribe(sg.name, fmt.Sprintf("c%d", c), sg.log.handler(sg.name), pubsub.WithDeadLetterLimit(n))
 			if err != nil {
@@ -266,7 +267,7 @@ func soakChurn(t *testing.T, topic *pubsub.Topic[string, int], sg *soakGroup) {
 		}
 		return
 	}
-	if _, err := topic.Subscribe(sg.name, "extra", sg.log.handler(sg.name)); err != nil {
+	if _, err := topic.Subscribe(sg.name, "extra", sg.log.handler(sg.name), pubsub.WithDeadLetterLimit(sg.limit)); err != nil {
 		t.Errorf("churn: %v", err)
 	}
 	sg.extras++
