@@ -42,7 +42,28 @@
 //
 // A consumer can also take its messages from a channel, acking each one
 // ([pubsub.Topic.Stream]). A group can pause, resume, seek and replay, and it
-// reports its lag, its counters and its dead letters.
+// reports its lag, its counters and its dead letters. A handler that needs
+// the typed key asks the topic: orders.Key(msg).
+//
+// # Where a group starts, and moving it
+//
+// A new group starts at the oldest retained record, or where
+// [pubsub.StartAt] says: [pubsub.Earliest], [pubsub.Latest] (only what is
+// published from now on), [pubsub.AtOffset] or [pubsub.AtTime]. The start is
+// applied when Subscribe creates the group, before any delivery, so no
+// record before it is ever delivered. A group's options are fixed by the
+// call that created it: joining it with other options is an error wrapping
+// [pubsub.ErrSubscription], never silently ignored.
+//
+// Group.Pause, Seek, Replay (which takes the same Start values, so a group
+// can replay by time) and Leave wait for the deliveries in flight on the
+// partitions they concern, and never longer than their context: none of
+// them blocks forever. A Stream delivery that nobody has received yet is
+// taken back at once, without counting an attempt; one a caller holds is
+// waited for. When the context ends first, Pause has paused and Leave has
+// left (the partitions move when their deliveries end), while Seek and
+// Replay have moved nothing. Subscribe never waits: a partition that moves
+// to a new consumer finishes its delivery in flight first.
 //
 // # Ordering
 //
@@ -67,8 +88,8 @@
 //   - the group was paused, or its partition moved to another consumer,
 //     while the record waited out a retry backoff (the next delivery
 //     continues the attempt count);
-//   - Close gave up on draining while the handler ran, and the handler
-//     returned an error (nothing is committed; nothing is persisted either);
+//   - Close gave up on draining while the handler ran (nothing a handler
+//     does after Close returned is committed; nothing is persisted either);
 //   - the group sought or replayed back over it (Attempt starts at 1 again).
 //
 // A rebalance alone never causes a redelivery: a partition that moves
@@ -103,6 +124,12 @@
 //     waits. A group that had not begun delivering an evicted record skips
 //     it.
 //
+// Block waits only for groups: a full partition that no group reads trims
+// its oldest record instead (counted as Dropped), so an event bus nobody
+// listens to yet never fails its producers, and a group that subscribes
+// later finds the newest records. An ErrBackpressure error names the group
+// that holds the oldest record, the one setting the pace.
+//
 // Nothing is lost silently: TopicStats counts what was reclaimed, dropped
 // and expired, and each group counts what it skipped in GroupStats.Skipped.
 // A group created after records were freed starts at the oldest record
@@ -127,11 +154,24 @@
 // [pubsub.Broker.Close] refuses new work with [pubsub.ErrClosed], fails
 // producers blocked on a full partition, waits (bounded by its context) for
 // every group that can make progress to commit everything, stops every
-// goroutine and waits for it. If its context ends first, it cancels the
-// context handlers were given and returns a [pubsub.ShutdownError] that
-// names each partition left behind with its committed and end offsets.
+// goroutine and waits for it. It returns by the time its context ends, plus
+// a 10ms grace: when the context ends it cancels the context handlers were
+// given, and a handler that ignores it is left to finish in the background,
+// committing nothing. Whatever was left, Close returns a
+// [pubsub.ShutdownError] naming each partition with its committed and end
+// offsets, and whether its handler was still running.
+//
 // [pubsub.Broker.Drain] is the same barrier without the stop; tests wait on
-// it instead of sleeping.
+// it instead of sleeping. It never returns nil while a group has lag: a
+// group that cannot move (paused, or without consumers) makes it return at
+// once an error wrapping [pubsub.ErrStalled] that names the group.
+//
+// # Errors
+//
+// Every error a pubsub call returns wraps one of pubsub's sentinel errors
+// or a context's error, so errors.Is classifies it; the message starts with
+// "logbus: " and the call's own verb. ShutdownError, PanicError and
+// DecodeError carry details for errors.AsType.
 //
 // # What is not promised
 //
