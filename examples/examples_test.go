@@ -38,6 +38,10 @@ func TestOrders(t *testing.T) {
 		"state=stopped",
 		"publish after Close: refused with ErrClosed",
 		"dead letters kept by shipping: 1",
+		"Close with a 50ms deadline returned by it: true",
+		"errors.Is(err, context.DeadlineExceeded) = true",
+		"left behind: group mailer partition 0 committed 0 end 2, handler still running: true",
+		"mailer's offset is still 0",
 	)
 }
 

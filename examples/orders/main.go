@@ -15,7 +15,8 @@
 // the same partition, every group sees every record, records of one key reach
 // a group in publish order, failures are retried with backoff and then
 // dead-lettered without blocking the partition for good, a group can replay
-// what it already read, and Close drains before it stops.
+// what it already read, Close drains before it stops, and Close returns at its
+// deadline even when a handler ignores its context.
 //
 // The output is the same on every run: handlers only record what they see,
 // and everything is printed from main after Broker.Drain, sorted wherever the
@@ -116,6 +117,9 @@ func main() {
 
 	section("shutdown")
 	shutdown(b, orders, shipping)
+
+	section("a shutdown whose deadline passes")
+	shutdownPastDeadline()
 }
 
 // publishAll publishes the events in order and prints where each landed.
@@ -184,6 +188,45 @@ func shutdown(b *pubsub.Broker, orders *pubsub.Topic[string, Order], shipping *p
 	}
 	fmt.Println("publish after Close: refused with ErrClosed")
 	fmt.Printf("dead letters kept by shipping: %d\n", len(shipping.DeadLetters()))
+}
+
+// shutdownPastDeadline shows what Close does with a handler that ignores
+// its context: it returns at its deadline all the same, names what was
+// left, and the handler, finishing later, commits nothing.
+func shutdownPastDeadline() {
+	b := pubsub.NewBroker()
+	emails, err := pubsub.NewTopic(b, "emails", codec.String(), codec.String())
+	check(err)
+	release, returned := make(chan struct{}), make(chan struct{})
+	mailer, err := emails.Subscribe("mailer", "mailer-1", pubsub.HandlerFunc[string](
+		func(ctx context.Context, _ pubsub.Message[string]) error {
+			defer close(returned)
+			<-release // ignores ctx: a handler should select on ctx.Done() too
+			return nil
+		}))
+	check(err)
+	for _, v := range []string{"welcome alice", "welcome bob"} {
+		_, err := emails.PublishValue(context.Background(), v)
+		check(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = b.Close(ctx)
+	fmt.Printf("Close with a 50ms deadline returned by it: %v\n", time.Since(start) < time.Second)
+	se, ok := errors.AsType[*pubsub.ShutdownError](err)
+	if !ok {
+		log.Fatalf("Close: got %v, want a *pubsub.ShutdownError", err)
+	}
+	fmt.Printf("  errors.Is(err, context.DeadlineExceeded) = %v\n", errors.Is(err, context.DeadlineExceeded))
+	for _, u := range se.Unfinished {
+		fmt.Printf("left behind: group %s partition %d committed %d end %d, handler still running: %v\n",
+			u.Group, u.Partition, u.Committed, u.End, u.Running)
+	}
+	close(release) // the stuck handler returns nil, after Close
+	<-returned
+	fmt.Printf("after the stuck handler acked, mailer's offset is still %d: nothing commits after Close\n", mailer.Committed(0))
 }
 
 // cursors formats the group's committed offset on each partition: the offset
