@@ -84,7 +84,8 @@ func (r *Recorder[V]) Handle(_ context.Context, msg pubsub.Message[V]) error {
 
 // Messages returns the acked messages in the order Handle acked them: within
 // a partition, offset order, except that a message delivered again (after a
-// replay, a seek or a rebalance) is recorded again. The slice is the
+// replay or a seek) is recorded again; a clean rebalance redelivers
+// nothing. The slice is the
 // caller's, but the messages' Key, Headers and Value are shared with the
 // Recorder and must be treated as read-only. It is safe for concurrent use
 // and does not block beyond a short critical section.
