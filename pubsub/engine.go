@@ -17,15 +17,18 @@ import (
 // be built from what is here.
 //
 // Config and result types (core.TopicConfig, core.GroupConfig,
-// core.GroupStats, core.DeadLetter, core.PartitionStats) are plain data and
-// cross the boundary by value. A core.Record is read through its exported
-// fields and its Topic, Partition and ID methods; the facade writes only a
-// record NewRecord gave it, and only its Key, Value and Headers, before
-// handing it to PublishRecord or PublishBatch. The sentinel errors, PanicError,
-// ShutdownError and the partitioners are the engine's own values,
-// re-exported (errors.go, topic.go): a second engine must return and accept
-// the same ones. The only engine-specific signal a handler sends back is
-// core.ErrAbandoned (and core.ErrNotDelivered), from Stream.
+// core.GroupStats, core.DeadLetter, core.PartitionStats, core.Start) are
+// plain data and cross the boundary by value. A core.Record is read through
+// its exported fields and its Topic, Partition and ID methods; the facade
+// writes only a record NewRecord gave it, and only its Key, Value and
+// Headers, before handing it to PublishRecord or PublishBatch. The sentinel
+// errors and the partitioners are the engine's own values, re-exported
+// (errors.go, topic.go): a second engine must return and accept the same
+// ones. The engine's ShutdownError and PanicError are turned into pubsub's
+// own types on the way out (fail, Group.DeadLetters). The only
+// engine-specific signal a handler sends back is core.ErrAbandoned (and
+// core.ErrNotDelivered, for a delivery taken back after its revoked channel
+// closed), from Stream.
 type (
 	engine interface {
 		CreateTopic(name string, cfg core.TopicConfig) (*core.Topic, error)
