@@ -281,8 +281,9 @@ func (h *logHarness) subscribe() {
 	if len(h.cursors) == 4 {
 		return
 	}
-	c := h.store.Cursor(OffsetKey{Group: fmt.Sprint("g", len(h.cursors)), Topic: "log"})
-	h.part.subscribe(c)
+	group := fmt.Sprint("g", len(h.cursors))
+	c := h.store.Cursor(OffsetKey{Group: group, Topic: "log"})
+	h.part.subscribe(c, group, Start{})
 	h.cursors = append(h.cursors, c)
 	h.committed = append(h.committed, h.base)
 	if got := c.Committed(); got != h.base {
