@@ -175,7 +175,7 @@ func newGroup(b *Broker, t *Topic, name string, cfg GroupConfig) (*Group, error)
 	}
 	for _, p := range t.parts {
 		c := b.offsets.Cursor(OffsetKey{Group: name, Topic: t.name, Partition: p.index})
-		p.subscribe(c)
+		p.subscribe(name, c)
 		g.parts = append(g.parts, &groupPartition{part: p, cursor: c, retryOffset: -1})
 	}
 	return g, nil

@@ -135,12 +135,19 @@ type Partition struct {
 	mu         sync.Mutex     // guards everything below
 	size       int            // records retained: next - base
 	base, next int64          // offsets of the oldest retained record and of the next one
-	cursors    []*Cursor      // one per subscribed group: the low-water mark is their minimum
+	cursors    []subscriber   // one per subscribed group: the low-water mark is their minimum
 	lowWater   int64          // a low-water mark the cursors were at or past; see reclaimLocked
 	sealed     bool           // Close began: appends fail with ErrClosed
 	readers    []reader       // readers waiting for the next append; see Read
 	room       chan struct{}  // made by a producer that waits for room, closed when room may have appeared or on seal
 	stats      PartitionStats // Reclaimed, Dropped, Expired, Blocked, TimedOut
+}
+
+// subscriber is a group's cursor on the partition, with the group's name
+// to say who holds the oldest record when a producer gives up on room.
+type subscriber struct {
+	group  string
+	cursor *Cursor
 }
 
 // cacheLinePad separates fields that different goroutines write: 64 bytes,
@@ -265,9 +272,9 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		}
 		if timedOut { // the last look after the deadline found no room either
 			p.stats.TimedOut++
+			err := p.backpressureLocked()
 			p.mu.Unlock()
-			return n, freed, fmt.Errorf("%w: topic %q partition %d held %d records for %v",
-				ErrBackpressure, p.topic, p.index, p.ret.MaxMessages, p.ret.BlockTimeout)
+			return n, freed, err
 		}
 		if !blocked {
 			blocked = true
@@ -438,15 +445,48 @@ func (p *Partition) wakeProducersLocked() {
 	p.roomArmed.Store(false)
 }
 
-// subscribe makes a new group's cursor part of the low-water mark and starts
-// it at the oldest retained record: what was trimmed before the group
-// existed is not the group's loss, so it is not counted as skipped.
-func (p *Partition) subscribe(c *Cursor) {
+// subscribe makes the cursor of a new group, named group, part of the
+// low-water mark and starts it at the oldest retained record: what was
+// trimmed before the group existed is not the group's loss, so it is not
+// counted as skipped.
+func (p *Partition) subscribe(group string, c *Cursor) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c.Set(p.base)
-	p.cursors = append(p.cursors, c)
+	p.cursors = append(p.cursors, subscriber{group: group, cursor: c})
 	p.lowWater = p.base
+}
+
+// backpressureLocked is the error of a producer that found no room for
+// BlockTimeout. It names the group holding the oldest record, the one whose
+// committed offset is lowest: room appears only when that group commits,
+// so it is the group to look at (one abandoned consumer holds back every
+// producer of the partition). Groups tied with it are counted, not named.
+func (p *Partition) backpressureLocked() error {
+	full := fmt.Sprintf("%d records (MaxMessages)", p.size)
+	if len(p.cursors) == 0 { // cannot be: without a group, Block does not wait
+		return fmt.Errorf("%w: topic %q partition %d: full at %s for %v",
+			ErrBackpressure, p.topic, p.index, full, p.ret.BlockTimeout)
+	}
+	slowest, low, ties := p.cursors[0].group, p.cursors[0].cursor.Committed(), 0
+	for _, s := range p.cursors[1:] {
+		switch c := s.cursor.Committed(); {
+		case c < low:
+			slowest, low, ties = s.group, c, 0
+		case c == low:
+			ties++
+		}
+	}
+	var also string
+	switch ties {
+	case 0:
+	case 1:
+		also = " (as does 1 other group)"
+	default:
+		also = fmt.Sprintf(" (as do %d other groups)", ties)
+	}
+	return fmt.Errorf("%w: topic %q partition %d: group %q holds the oldest record, offset %d%s; full at %s for %v",
+		ErrBackpressure, p.topic, p.index, slowest, p.base, also, full, p.ret.BlockTimeout)
 }
 
 // expiryLocked returns a channel that fires when the oldest record becomes
@@ -535,9 +575,9 @@ func (p *Partition) reclaimLocked() *Record {
 		return nil // no group yet: keep the backlog for the first one
 	}
 	if p.lowWater <= p.base {
-		p.lowWater = p.cursors[0].Committed()
-		for _, c := range p.cursors[1:] {
-			p.lowWater = min(p.lowWater, c.Committed())
+		p.lowWater = p.cursors[0].cursor.Committed()
+		for _, s := range p.cursors[1:] {
+			p.lowWater = min(p.lowWater, s.cursor.Committed())
 		}
 		if p.lowWater <= p.base {
 			return nil
