@@ -2,6 +2,8 @@ package pubsub_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -10,6 +12,15 @@ import (
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
 )
+
+// stuckHandler holds its first delivery until release is closed: a group
+// that commits nothing meanwhile.
+func stuckHandler(release <-chan struct{}) pubsub.HandlerFunc[string] {
+	return func(context.Context, pubsub.Message[string]) error {
+		<-release
+		return nil
+	}
+}
 
 // ErrBackpressure names the group holding the oldest record. Regression:
 // the error said only that the partition was full, so when one abandoned
@@ -24,10 +35,7 @@ func TestErrBackpressureNamesTheStuckGroup(t *testing.T) {
 		var fast recorder[string]
 		mustSubscribe(t, topic, "fast", "f1", &fast)
 		release := make(chan struct{})
-		mustSubscribe(t, topic, "stuck", "s1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
-			<-release
-			return nil
-		}))
+		mustSubscribe(t, topic, "stuck", "s1", stuckHandler(release))
 		mustPublishValue(t, topic, "j1")
 		mustPublishValue(t, topic, "j2")
 		synctest.Wait() // fast committed both; stuck is in its handler for j1
@@ -40,4 +48,77 @@ func TestErrBackpressureNamesTheStuckGroup(t *testing.T) {
 		close(release)
 		drain(t, b)
 	})
+}
+
+// A topic with no group never fails publishers and keeps the newest
+// records. Regression: a partition with no group freed nothing, so under
+// Block publish number 1025 waited BlockTimeout and failed with
+// ErrBackpressure, though nobody could ever make room. Now a full partition
+// that no group reads trims its oldest record (counted in Dropped), and a
+// group that comes late reads the newest 1024.
+func TestATopicWithNoGroupNeverFailsPublishersAndKeepsTheNewestRecords(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		topic := mustTopic(t, b, "events", codec.String(), codec.Int[int](),
+			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1024, OnFull: pubsub.Block, BlockTimeout: time.Second}))
+		start := time.Now()
+		for i := range 3000 {
+			if _, err := topic.PublishValue(context.Background(), i); err != nil {
+				t.Fatalf("PublishValue(%d): got %v, want nil", i, err)
+			}
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Errorf("the publishes took %v of virtual time, want 0: nothing should wait", waited)
+		}
+		st := topic.Stats()
+		if st.Published != 3000 || st.Retained != 1024 || st.Dropped != 1976 || st.Blocked != 0 || st.TimedOut != 0 {
+			t.Errorf("stats: got %+v, want Published 3000, Retained 1024, Dropped 1976, none Blocked or TimedOut", st)
+		}
+		if earliest, end, _ := topic.Offsets(0); earliest != 1976 || end != 3000 {
+			t.Errorf("Offsets(0): got [%d, %d), want [1976, 3000)", earliest, end)
+		}
+
+		var late recorder[int]
+		g := mustSubscribe(t, topic, "late", "l1", &late)
+		drain(t, b)
+		var offsets []int64
+		for _, m := range late.calls() {
+			offsets = append(offsets, m.Offset)
+			if int64(m.Value) != m.Offset {
+				t.Fatalf("offset %d carries value %d", m.Offset, m.Value)
+			}
+		}
+		want := make([]int64, 0, 1024)
+		for o := int64(1976); o < 3000; o++ {
+			want = append(want, o)
+		}
+		if !slices.Equal(offsets, want) {
+			t.Errorf("the late group read %s; want offsets 1976..2999 in order", span(offsets))
+		}
+		if s := g.Stats(); s.Skipped != 0 {
+			t.Errorf("the late group skipped %d, want 0: what was trimmed before it existed is not its loss", s.Skipped)
+		}
+
+		// With a group, Block waits for it again: no more trimming.
+		release := make(chan struct{})
+		mustSubscribe(t, topic, "stuck", "s1", pubsub.HandlerFunc[int](func(context.Context, pubsub.Message[int]) error {
+			<-release
+			return nil
+		}))
+		_, err := topic.PublishValue(context.Background(), 3000)
+		wantErrIs(t, "PublishValue with a group holding the oldest record", err, pubsub.ErrBackpressure)
+		if st := topic.Stats(); st.Dropped != 1976 {
+			t.Errorf("Dropped: got %d, want still 1976", st.Dropped)
+		}
+		close(release)
+		drain(t, b)
+	})
+}
+
+// span describes offsets briefly for a failure message.
+func span(offsets []int64) string {
+	if len(offsets) == 0 {
+		return "no records"
+	}
+	return fmt.Sprintf("%d records, offsets %d..%d", len(offsets), offsets[0], offsets[len(offsets)-1])
 }

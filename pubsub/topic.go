@@ -57,7 +57,9 @@ type FullPolicy int
 const (
 	// Block makes Publish wait for room, at most Retention.BlockTimeout and
 	// never past its context, then fail with ErrBackpressure having appended
-	// nothing. Room appears when the slowest group commits.
+	// nothing; the error names the group holding the oldest record. Room
+	// appears when the slowest group commits. Block waits only for groups:
+	// a partition that no group reads trims its oldest record instead.
 	Block FullPolicy = iota
 	// DropOldest evicts the oldest record, read or not, so Publish never
 	// waits. A group whose delivery of an evicted record had not begun skips
@@ -73,12 +75,15 @@ func (f FullPolicy) String() string { return core.FullPolicy(f).String() }
 // A partition holds at most MaxMessages records. Records are not freed when
 // acked, so a group can replay them; they are freed when the partition is
 // full and every group has committed past them, or when MaxAge passes. A
-// partition with no group subscribed frees nothing, so the first group reads
-// the whole backlog; a group created later starts at the oldest record still
-// retained. Memory is about MaxMessages × partitions × (record size
-// + ~150 bytes of bookkeeping). With codecs that can append (codec.Appender:
-// Bytes, String, Int) a new record reuses the buffers of a freed one, so
-// there the record size is that of the largest record up to 1 KiB.
+// full partition that no group reads trims its oldest record, whatever
+// OnFull says, and counts it in TopicStats.Dropped: publishers never wait
+// for a reader that may never come, and a group created later starts at
+// the oldest record still retained, so it finds the newest ones.
+//
+// Memory is about MaxMessages × partitions × (record size + ~150 bytes of
+// bookkeeping). With codecs that can append (codec.Appender: Bytes,
+// String, Int) a new record reuses the buffers of a freed one, so there
+// the record size is that of the largest record up to 1 KiB.
 type Retention struct {
 	// MaxMessages is the bounded buffer of each partition. Default 1024;
 	// negative is ErrInvalid.
@@ -342,7 +347,7 @@ type TopicStats struct {
 	Published int64 // records appended (the sum of the partitions' end offsets)
 	Retained  int   // records held now
 	Reclaimed int64 // records freed after every group had committed past them
-	Dropped   int64 // records DropOldest evicted, read or not
+	Dropped   int64 // records shed by DropOldest, or trimmed from a full partition that no group reads
 	Expired   int64 // records MaxAge trimmed, read or not
 	Blocked   int64 // publishes that had to wait for room
 	TimedOut  int64 // publishes that failed with ErrBackpressure

@@ -13,8 +13,10 @@ import (
 type FullPolicy int
 
 const (
-	// Block makes the producer wait for room, at most BlockTimeout and never
-	// past its context, then fail with ErrBackpressure.
+	// Block makes the producer wait for the groups to make room, at most
+	// BlockTimeout and never past its context, then fail with
+	// ErrBackpressure. A partition no group reads never waits: see
+	// Partition.
 	Block FullPolicy = iota
 	// DropOldest evicts the oldest record, read or not, and counts it.
 	DropOldest
@@ -71,7 +73,7 @@ type PartitionStats struct {
 	End       int64 // offset the next record will get
 	Retained  int   // records held now
 	Reclaimed int64 // records freed after every group had committed past them
-	Dropped   int64 // records DropOldest evicted
+	Dropped   int64 // records DropOldest evicted, or trimmed from a full partition no group reads
 	Expired   int64 // records MaxAge trimmed
 	Blocked   int64 // publishes that had to wait for room
 	TimedOut  int64 // publishes that gave up with ErrBackpressure
@@ -84,11 +86,13 @@ type PartitionStats struct {
 // Earliest == Reclaimed + Dropped + Expired always:
 //   - reclaim: when the log is full, the oldest record is freed if every
 //     subscribed group has committed past it (Reclaimed). Nothing is freed
-//     earlier, so a group can replay what it already read, and nothing is
-//     freed while no group is subscribed, so the first group reads the
-//     backlog.
+//     earlier, so a group can replay what it already read.
 //   - drop: under DropOldest, when reclaiming is not enough, the oldest
 //     record goes even if a group has not read it (counted in Dropped).
+//     While no group is subscribed, a full log drops its oldest record
+//     under Block too: nobody could make room, and a producer must not
+//     wait for a reader that may never come. A group created later finds
+//     the newest records. Block waits only for groups.
 //   - expiry: records older than MaxAge go on the next append or read
 //     (counted in Expired).
 //
@@ -314,14 +318,18 @@ func (p *Partition) release(freed []*Record, rec *Record) []*Record {
 
 // roomLocked makes room for one record if the retention allows it, and
 // reports whether there is room: reclaiming what every group has committed
-// (and returning the reclaimed record), or, under DropOldest, evicting the
-// oldest record and counting it.
+// (and returning the reclaimed record), trimming the oldest record while no
+// group is subscribed (and returning it too), or, under DropOldest,
+// evicting the oldest record; trims and drops are counted in Dropped.
 func (p *Partition) roomLocked() (bool, *Record) {
 	if p.size < p.ring.size() {
 		return true, nil
 	}
 	if rec := p.reclaimLocked(); rec != nil {
 		return true, rec // the steady state of a full partition whose groups keep up
+	}
+	if len(p.cursors) == 0 {
+		return true, p.trimGrouplessLocked()
 	}
 	if p.ret.OnFull == DropOldest {
 		p.evictLocked()
@@ -564,7 +572,8 @@ func (p *Partition) Stats() PartitionStats {
 //
 // It returns the reclaimed record, or nil, for the producer to reuse with
 // its key and value buffers (see Topic.NewRecord), so a topic whose groups
-// keep up allocates no records. That is safe because nothing in the
+// keep up allocates no records (nor does one without groups: see
+// trimGrouplessLocked). That is safe because nothing in the
 // log refers to it any more: every group's cursor is past it, a worker reads
 // only at or after its cursor and lets go of a record before it commits it,
 // and a dead letter keeps a copy of the record and its bytes. Records that
@@ -572,7 +581,7 @@ func (p *Partition) Stats() PartitionStats {
 // left to the garbage collector.
 func (p *Partition) reclaimLocked() *Record {
 	if len(p.cursors) == 0 || p.size == 0 {
-		return nil // no group yet: keep the backlog for the first one
+		return nil // no group: nothing to reclaim for (roomLocked drops instead)
 	}
 	if p.lowWater <= p.base {
 		p.lowWater = p.cursors[0].cursor.Committed()
@@ -586,8 +595,32 @@ func (p *Partition) reclaimLocked() *Record {
 	rec := p.oldestLocked()
 	p.evictLocked()
 	p.stats.Reclaimed++
-	*rec = Record{Key: reusable(rec.Key), Value: reusable(rec.Value)}
+	recycle(rec)
 	return rec
+}
+
+// trimGrouplessLocked evicts the oldest record of a partition no group
+// reads, under any FullPolicy: nobody could make room, and a producer must
+// not wait for a reader that may never come. It counts the record in
+// Dropped and returns it for reuse, as reclaimLocked does.
+//
+// Nobody holds the record: a group's workers read only after subscribe
+// added its cursor, under mu, and from then on the partition trims no
+// more this way. For the same reason the plain slots of a partition that
+// otherwise only reclaims (see ring) stay safe: no reader reads the slot
+// the next append rewrites.
+func (p *Partition) trimGrouplessLocked() *Record {
+	rec := p.oldestLocked()
+	p.evictLocked()
+	p.stats.Dropped++
+	recycle(rec)
+	return rec
+}
+
+// recycle empties rec for a producer to fill again, keeping its key and
+// value buffers when they are small enough (see Topic.NewRecord).
+func recycle(rec *Record) {
+	*rec = Record{Key: reusable(rec.Key), Value: reusable(rec.Value)}
 }
 
 // maxReusedBuffer bounds the key and value buffers a reclaimed record

@@ -2,7 +2,9 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -42,5 +44,82 @@ func TestBackpressureErrorNamesTheLowestCursor(t *testing.T) {
 		}
 		close(release)
 		drain(t, b)
+	})
+}
+
+// TestAGrouplessPartitionTrimsUnderBlockAndALateGroupReadsWhatFollows: a
+// full partition that no group reads trims its oldest record under Block
+// (counted in Dropped) instead of making a producer wait, and the trimmed
+// records are reused for new ones. A group that subscribes while producers
+// race to publish starts at the oldest record then retained and reads every
+// record from there intact, in offset order: the records it can see are
+// never trimmed and reused under it. Run it with -race: the slots of a
+// partition that only reclaims are plain (see ring).
+func TestAGrouplessPartitionTrimsUnderBlockAndALateGroupReadsWhatFollows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		topic := mustTopic(t, b, "t", TopicConfig{Retention: Retention{MaxMessages: 64, BlockTimeout: time.Hour}})
+		const producers, each = 4, 500
+		var (
+			mu      sync.Mutex
+			byOff   = map[int64]string{} // what each offset was published with
+			got     []*Record            // copies of what the late group read
+			started = make(chan struct{})
+			wg      sync.WaitGroup
+		)
+		start := time.Now()
+		for p := range producers {
+			wg.Go(func() {
+				for i := range each {
+					if i == each/2 && p == 0 {
+						close(started) // the group subscribes while the others go on
+					}
+					v := fmt.Sprintf("p%d-%d", p, i)
+					pos, err := topic.Publish(context.Background(), nil, []byte(v), nil)
+					if err != nil {
+						t.Errorf("Publish(%s): %v", v, err)
+						return
+					}
+					mu.Lock()
+					byOff[pos.Offset] = v
+					mu.Unlock()
+				}
+			})
+		}
+		<-started
+		subscribe(t, b, "t", "late", "l1", func(_ context.Context, rec *Record, _ int) error {
+			kept := *rec
+			kept.Value = append([]byte(nil), rec.Value...)
+			mu.Lock()
+			got = append(got, &kept)
+			mu.Unlock()
+			return nil
+		})
+		wg.Wait()
+		drain(t, b)
+		if waited := time.Since(start); waited != 0 {
+			t.Errorf("producers waited %v of virtual time, want 0: none waited out its timeout", waited)
+		}
+		// Once the group is there, producers may wait for it (Blocked), but
+		// only until it commits.
+		s := topic.Partition(0).Stats()
+		if s.End != producers*each || s.Earliest != s.Reclaimed+s.Dropped+s.Expired || s.Dropped == 0 || s.TimedOut != 0 {
+			t.Errorf("stats %+v: want %d published, some dropped, none timed out, Earliest == Reclaimed+Dropped+Expired", s, producers*each)
+		}
+		if len(got) == 0 {
+			t.Fatal("the late group read nothing")
+		}
+		first := got[0].Offset
+		for i, rec := range got {
+			if rec.Offset != first+int64(i) {
+				t.Fatalf("the late group read offset %d at position %d, want %d: not dense from %d", rec.Offset, i, first+int64(i), first)
+			}
+			if want := byOff[rec.Offset]; string(rec.Value) != want {
+				t.Fatalf("offset %d reads %q, was published as %q", rec.Offset, rec.Value, want)
+			}
+		}
+		if last := got[len(got)-1].Offset; last != producers*each-1 {
+			t.Errorf("the late group read up to offset %d, want %d", last, producers*each-1)
+		}
 	})
 }
