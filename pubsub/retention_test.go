@@ -2,7 +2,9 @@ package pubsub_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -121,4 +123,37 @@ func span(offsets []int64) string {
 		return "no records"
 	}
 	return fmt.Sprintf("%d records, offsets %d..%d", len(offsets), offsets[0], offsets[len(offsets)-1])
+}
+
+// Absurd topic shapes are ErrInvalid at once, naming the limit, and
+// allocate nothing on the way. Regression: WithPartitions(1_000_000) did not
+// return in 20 s, since each partition allocated its ring and bookkeeping
+// first, and MaxMessages 1<<40 asked make for 8 TiB.
+func TestAbsurdTopicShapesAreErrInvalidAtOnceNamingTheLimit(t *testing.T) {
+	shift := 40 // a variable, so the constant 1<<40 needs no 64-bit int to compile
+	for _, tc := range []struct {
+		name  string
+		opts  []pubsub.TopicOption
+		limit string
+	}{
+		{"a million partitions", []pubsub.TopicOption{pubsub.WithPartitions(1_000_000)}, "limit of 65536 (MaxPartitions)"},
+		{"MaxMessages 1<<40", []pubsub.TopicOption{pubsub.WithRetention(pubsub.Retention{MaxMessages: 1 << shift})}, "limit of 16777216 records a topic may hold (MaxTopicMessages)"},
+		{"MaxMessages MaxInt", []pubsub.TopicOption{pubsub.WithRetention(pubsub.Retention{MaxMessages: math.MaxInt})}, "(MaxTopicMessages)"},
+		{"MaxPartitions of the default 1024", []pubsub.TopicOption{pubsub.WithPartitions(pubsub.MaxPartitions)}, "65536 partitions × MaxMessages 1024 = 67108864 records, over the limit of 16777216 (MaxTopicMessages)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := pubsub.NewBroker()
+			defer b.Close(context.Background())
+			var err error
+			allocs := testing.AllocsPerRun(1, func() {
+				_, err = pubsub.NewTopic(b, "t", codec.String(), codec.String(), tc.opts...)
+			})
+			if !errors.Is(err, pubsub.ErrInvalid) || !strings.Contains(err.Error(), tc.limit) {
+				t.Errorf("NewTopic: got %v, want ErrInvalid naming %q", err, tc.limit)
+			}
+			if allocs > 20 {
+				t.Errorf("NewTopic allocated %v times on the way to its error, want a handful: the check must come first", allocs)
+			}
+		})
+	}
 }

@@ -86,7 +86,8 @@ func (f FullPolicy) String() string { return core.FullPolicy(f).String() }
 // the record size is that of the largest record up to 1 KiB.
 type Retention struct {
 	// MaxMessages is the bounded buffer of each partition. Default 1024;
-	// negative is ErrInvalid.
+	// negative is ErrInvalid, and so is a value that makes partitions ×
+	// MaxMessages exceed MaxTopicMessages.
 	MaxMessages int
 	// MaxAge trims records older than this (by the broker's Clock) whether
 	// or not they were read; groups that had not read them count them as
@@ -100,6 +101,21 @@ type Retention struct {
 	// room. Default 1s.
 	BlockTimeout time.Duration
 }
+
+// The limits of a topic's shape. Past them NewTopic fails at once with
+// ErrInvalid naming the limit, before it allocates anything: a topic
+// allocates a slot per record of MaxMessages in each partition when it is
+// created (see Retention), so an absurd shape would otherwise be an
+// out-of-memory crash rather than an error.
+const (
+	// MaxPartitions is the most partitions a topic may have
+	// (WithPartitions): far more than any machine has cores to run.
+	MaxPartitions = core.MaxPartitions
+	// MaxTopicMessages bounds partitions × Retention.MaxMessages, the
+	// records a topic may retain at most, and so MaxMessages itself: 16 Mi
+	// slots, 128 MiB allocated by NewTopic.
+	MaxTopicMessages = core.MaxTopicMessages
+)
 
 // WithRetention sets the retention of every partition, overriding the
 // defaults field by field (a zero field keeps its default).

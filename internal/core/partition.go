@@ -34,7 +34,7 @@ func (f FullPolicy) String() string {
 
 // Retention bounds a partition. Zero fields mean the defaults.
 type Retention struct {
-	MaxMessages  int           // records held at most; default 1024
+	MaxMessages  int           // records held at most; default 1024, at most MaxTopicMessages
 	MaxAge       time.Duration // trim records older than this; 0 keeps them
 	OnFull       FullPolicy    // default Block
 	BlockTimeout time.Duration // longest wait for room under Block; default 1s
@@ -46,11 +46,16 @@ const (
 	DefaultBlockTimeout = time.Second
 )
 
-// Resolve checks r and fills its zero fields with the defaults.
+// Resolve checks r and fills its zero fields with the defaults. It is where
+// a retention is validated; the limits that also depend on the partition
+// count are checked by TopicConfig.resolve.
 func (r Retention) Resolve() (Retention, error) {
 	switch {
 	case r.MaxMessages < 0:
 		return r, fmt.Errorf("%w: retention MaxMessages %d is negative", ErrInvalid, r.MaxMessages)
+	case r.MaxMessages > MaxTopicMessages: // a partition holds no more than its topic
+		return r, fmt.Errorf("%w: retention MaxMessages %d is over the limit of %d records a topic may hold (MaxTopicMessages)",
+			ErrInvalid, r.MaxMessages, MaxTopicMessages)
 	case r.MaxAge < 0:
 		return r, fmt.Errorf("%w: retention MaxAge %v is negative", ErrInvalid, r.MaxAge)
 	case r.BlockTimeout < 0:

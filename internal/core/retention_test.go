@@ -2,7 +2,9 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -122,4 +124,38 @@ func TestAGrouplessPartitionTrimsUnderBlockAndALateGroupReadsWhatFollows(t *test
 			t.Errorf("the late group read up to offset %d, want %d", last, producers*each-1)
 		}
 	})
+}
+
+// TestTopicConfigResolveLimits: the shapes at the limits are accepted, one
+// past them is ErrInvalid naming the limit, and so are absurd ones whose
+// product would overflow. resolve allocates nothing, so the shapes at the
+// limits are checked here rather than created.
+func TestTopicConfigResolveLimits(t *testing.T) {
+	shift := 40 // a variable, so the constant 1<<40 needs no 64-bit int to compile
+	for _, tc := range []struct {
+		name      string
+		cfg       TopicConfig
+		wantLimit string // "" for valid
+	}{
+		{"most partitions", TopicConfig{Partitions: MaxPartitions, Retention: Retention{MaxMessages: MaxTopicMessages / MaxPartitions}}, ""},
+		{"largest partition", TopicConfig{Partitions: 1, Retention: Retention{MaxMessages: MaxTopicMessages}}, ""},
+		{"default records, many partitions", TopicConfig{Partitions: MaxTopicMessages / DefaultMaxMessages}, ""},
+		{"one partition too many", TopicConfig{Partitions: MaxPartitions + 1, Retention: Retention{MaxMessages: 1}}, "(MaxPartitions)"},
+		{"a million partitions", TopicConfig{Partitions: 1_000_000}, "over the limit of 65536 (MaxPartitions)"},
+		{"one record too many", TopicConfig{Partitions: 1, Retention: Retention{MaxMessages: MaxTopicMessages + 1}}, "(MaxTopicMessages)"},
+		{"one slot too many", TopicConfig{Partitions: MaxPartitions, Retention: Retention{MaxMessages: MaxTopicMessages/MaxPartitions + 1}}, "(MaxTopicMessages)"},
+		{"default records, too many partitions", TopicConfig{Partitions: MaxTopicMessages/DefaultMaxMessages + 1}, "over the limit of 16777216 (MaxTopicMessages)"},
+		{"MaxMessages 1<<40", TopicConfig{Retention: Retention{MaxMessages: 1 << shift}}, "over the limit of 16777216 records a topic may hold (MaxTopicMessages)"},
+		{"MaxMessages MaxInt", TopicConfig{Partitions: MaxPartitions, Retention: Retention{MaxMessages: math.MaxInt}}, "(MaxTopicMessages)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.cfg.resolve("t")
+			switch {
+			case tc.wantLimit == "" && err != nil:
+				t.Errorf("got %v, want nil", err)
+			case tc.wantLimit != "" && (!errors.Is(err, ErrInvalid) || !strings.Contains(fmt.Sprint(err), tc.wantLimit)):
+				t.Errorf("got %v, want ErrInvalid naming %s", err, tc.wantLimit)
+			}
+		})
+	}
 }
