@@ -459,7 +459,7 @@ func TestPublishBackpressure(t *testing.T) {
 		if waited := time.Since(start); waited != 50*time.Millisecond {
 			t.Errorf("Publish waited %v, want the 50ms BlockTimeout", waited)
 		}
-		want := pubsub.TopicStats{Published: 1, Retained: 1, Blocked: 1, TimedOut: 1}
+		want := pubsub.TopicStats{Published: 1, Retained: 1, RetainedBytes: 2, Blocked: 1, TimedOut: 1} // "j1"
 		if got := tp.Stats(); got != want {
 			t.Errorf("stats: got %+v, want %+v", got, want)
 		}
@@ -474,7 +474,7 @@ func TestPublishBackpressure(t *testing.T) {
 			t.Errorf("delivered %q, want [j1 j3]", got)
 		}
 		// j1 was freed once the group had committed past it.
-		want = pubsub.TopicStats{Published: 2, Retained: 1, Reclaimed: 1, Blocked: 1, TimedOut: 1}
+		want = pubsub.TopicStats{Published: 2, Retained: 1, RetainedBytes: 2, Reclaimed: 1, Blocked: 1, TimedOut: 1} // "j3"
 		if got := tp.Stats(); got != want {
 			t.Errorf("stats: got %+v, want %+v", got, want)
 		}

@@ -170,7 +170,7 @@ func ExampleRetention() {
 	// j2: backpressure=false
 	// j3: backpressure=true
 	// logbus: partition full: topic "jobs" partition 0: group "audit" holds the oldest record, offset 0; full at 2 records (MaxMessages) for 1ms
-	// {Published:2 Retained:2 Reclaimed:0 Dropped:0 Expired:0 Blocked:1 TimedOut:1}
+	// {Published:2 Retained:2 RetainedBytes:4 Reclaimed:0 Dropped:0 Expired:0 Blocked:1 TimedOut:1}
 }
 
 // A Stream hands messages over on a channel; each must be acked or nacked.

@@ -157,3 +157,92 @@ func TestAbsurdTopicShapesAreErrInvalidAtOnceNamingTheLimit(t *testing.T) {
 		})
 	}
 }
+
+// MaxBytes bounds the key and value bytes each partition retains, as each
+// policy says: Block waits for the group holding the oldest record, then
+// fails; DropOldest drops as many of the oldest records as the new one
+// needs; a partition no group reads trims them whatever the policy. Every
+// record here is 4 bytes ("k" + a 3-byte value), so MaxBytes 10 holds two.
+func TestMaxBytesBlocksDropsAndTrimsAsEachPolicySays(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		onFull    pubsub.FullPolicy
+		group     bool // a group that holds the first record and commits nothing
+		wantErr   error
+		wantStats pubsub.TopicStats
+	}{
+		{"Block with a group waits, then fails", pubsub.Block, true, pubsub.ErrBackpressure,
+			pubsub.TopicStats{Published: 2, Retained: 2, RetainedBytes: 8, Blocked: 1, TimedOut: 1}},
+		{"DropOldest drops", pubsub.DropOldest, true, nil,
+			pubsub.TopicStats{Published: 3, Retained: 2, RetainedBytes: 8, Dropped: 1}},
+		{"Block without a group trims", pubsub.Block, false, nil,
+			pubsub.TopicStats{Published: 3, Retained: 2, RetainedBytes: 8, Dropped: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t)
+				topic := mustTopic(t, b, "t", codec.String(), codec.String(),
+					pubsub.WithRetention(pubsub.Retention{MaxBytes: 10, OnFull: tc.onFull, BlockTimeout: time.Second}))
+				release := make(chan struct{})
+				if tc.group {
+					mustSubscribe(t, topic, "g", "c", stuckHandler(release))
+				}
+				mustPublish(t, topic, "k", "one")
+				mustPublish(t, topic, "k", "two")
+				start := time.Now()
+				_, err := topic.Publish(context.Background(), "k", "six")
+				if !errors.Is(err, tc.wantErr) {
+					t.Errorf("third Publish: got %v, want %v", err, tc.wantErr)
+				}
+				wantWait := time.Duration(0)
+				if tc.wantErr != nil {
+					wantWait = time.Second
+				}
+				if waited := time.Since(start); waited != wantWait {
+					t.Errorf("third Publish waited %v, want %v", waited, wantWait)
+				}
+				if got := topic.Stats(); got != tc.wantStats {
+					t.Errorf("stats: got %+v, want %+v", got, tc.wantStats)
+				}
+				close(release)
+				drain(t, b)
+			})
+		})
+	}
+}
+
+// A record whose key and value alone exceed MaxBytes could never fit: its
+// Publish fails at once with ErrInvalid naming the sizes, a batch holding
+// one publishes nothing, and what was retained stays.
+func TestAnOversizeRecordIsErrInvalidAndAppendsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		topic := mustTopic(t, b, "t", codec.String(), codec.String(),
+			pubsub.WithRetention(pubsub.Retention{MaxBytes: 8, OnFull: pubsub.DropOldest}))
+		mustPublish(t, topic, "k", "ok")
+		before := topic.Stats()
+
+		_, err := topic.Publish(context.Background(), "key", "too long")
+		wantErrIs(t, "Publish of 11 bytes into MaxBytes 8", err, pubsub.ErrInvalid)
+		if err != nil && !strings.Contains(err.Error(), "a record of 11 bytes (key 3 + value 8) can never fit in MaxBytes 8") {
+			t.Errorf("error %q: want it to name the sizes", err)
+		}
+		pos, err := topic.PublishBatch(context.Background(), []pubsub.Entry[string, string]{
+			{Key: "k", Value: "a"}, {Key: "k", Value: "b"}, {Key: "key", Value: "too long"},
+		})
+		wantErrIs(t, "PublishBatch with an oversize entry", err, pubsub.ErrInvalid)
+		if len(pos) != 0 {
+			t.Errorf("PublishBatch: got %d positions, want none", len(pos))
+		}
+		if got := topic.Stats(); got != before {
+			t.Errorf("stats: got %+v, want them unchanged, %+v", got, before)
+		}
+	})
+}
+
+// A negative MaxBytes is ErrInvalid, like the other negative bounds.
+func TestNegativeMaxBytesIsErrInvalid(t *testing.T) {
+	b := newBroker(t)
+	_, err := pubsub.NewTopic(b, "t", codec.String(), codec.String(), pubsub.WithRetention(pubsub.Retention{MaxBytes: -1}))
+	wantErrIs(t, "NewTopic with MaxBytes -1", err, pubsub.ErrInvalid)
+}

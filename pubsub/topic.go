@@ -72,7 +72,8 @@ func (f FullPolicy) String() string { return core.FullPolicy(f).String() }
 
 // Retention bounds each partition of a topic. Zero fields mean the defaults.
 //
-// A partition holds at most MaxMessages records. Records are not freed when
+// A partition holds at most MaxMessages records and, with MaxBytes, at
+// most MaxBytes bytes of keys and values. Records are not freed when
 // acked, so a group can replay them; they are freed when the partition is
 // full and every group has committed past them, or when MaxAge passes. A
 // full partition that no group reads trims its oldest record, whatever
@@ -100,6 +101,15 @@ type Retention struct {
 	// BlockTimeout is how long a Block partition makes Publish wait for
 	// room. Default 1s.
 	BlockTimeout time.Duration
+	// MaxBytes is a bound on the key+value bytes a partition retains; 0
+	// means no byte bound; < 0 is ErrInvalid. A partition is full when
+	// either bound is reached, and frees (or, under Block, waits for) as
+	// many of its oldest records as a new record needs to fit. Headers and
+	// bookkeeping are not counted. A record whose key and value alone
+	// exceed MaxBytes could never fit: its Publish fails at once with
+	// ErrInvalid, and a PublishBatch holding one fails before anything is
+	// published.
+	MaxBytes int64
 }
 
 // The limits of a topic's shape. Past them NewTopic fails at once with
@@ -122,7 +132,7 @@ const (
 func WithRetention(r Retention) TopicOption {
 	return topicOptionFunc(func(c *topicConfig) {
 		c.Retention = core.Retention{MaxMessages: r.MaxMessages, MaxAge: r.MaxAge,
-			OnFull: core.FullPolicy(r.OnFull), BlockTimeout: r.BlockTimeout}
+			OnFull: core.FullPolicy(r.OnFull), BlockTimeout: r.BlockTimeout, MaxBytes: r.MaxBytes}
 	})
 }
 
@@ -362,11 +372,14 @@ func applyPublishOptions(opts []PublishOption) publishConfig {
 type TopicStats struct {
 	Published int64 // records appended (the sum of the partitions' end offsets)
 	Retained  int   // records held now
-	Reclaimed int64 // records freed after every group had committed past them
-	Dropped   int64 // records shed by DropOldest, or trimmed from a full partition that no group reads
-	Expired   int64 // records MaxAge trimmed, read or not
-	Blocked   int64 // publishes that had to wait for room
-	TimedOut  int64 // publishes that failed with ErrBackpressure
+	// RetainedBytes is the key and value bytes of the records held now,
+	// what Retention.MaxBytes bounds in each partition.
+	RetainedBytes int64
+	Reclaimed     int64 // records freed after every group had committed past them
+	Dropped       int64 // records shed by DropOldest, or trimmed from a full partition that no group reads
+	Expired       int64 // records MaxAge trimmed, read or not
+	Blocked       int64 // publishes that had to wait for room
+	TimedOut      int64 // publishes that failed with ErrBackpressure
 }
 
 // Stats returns the topic's counters. It does not block.
@@ -375,6 +388,7 @@ func (t *Topic[K, V]) Stats() TopicStats {
 	for _, p := range t.eng.Stats() {
 		s.Published += p.End
 		s.Retained += p.Retained
+		s.RetainedBytes += p.RetainedBytes
 		s.Reclaimed += p.Reclaimed
 		s.Dropped += p.Dropped
 		s.Expired += p.Expired

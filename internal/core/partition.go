@@ -38,6 +38,7 @@ type Retention struct {
 	MaxAge       time.Duration // trim records older than this; 0 keeps them
 	OnFull       FullPolicy    // default Block
 	BlockTimeout time.Duration // longest wait for room under Block; default 1s
+	MaxBytes     int64         // key+value bytes held at most; 0 means no byte bound
 }
 
 // Defaults of Retention.
@@ -56,6 +57,8 @@ func (r Retention) Resolve() (Retention, error) {
 	case r.MaxMessages > MaxTopicMessages: // a partition holds no more than its topic
 		return r, fmt.Errorf("%w: retention MaxMessages %d is over the limit of %d records a topic may hold (MaxTopicMessages)",
 			ErrInvalid, r.MaxMessages, MaxTopicMessages)
+	case r.MaxBytes < 0:
+		return r, fmt.Errorf("%w: retention MaxBytes %d is negative", ErrInvalid, r.MaxBytes)
 	case r.MaxAge < 0:
 		return r, fmt.Errorf("%w: retention MaxAge %v is negative", ErrInvalid, r.MaxAge)
 	case r.BlockTimeout < 0:
@@ -74,20 +77,26 @@ func (r Retention) Resolve() (Retention, error) {
 
 // PartitionStats counts what happened to one partition's records.
 type PartitionStats struct {
-	Earliest  int64 // offset of the oldest retained record
-	End       int64 // offset the next record will get
-	Retained  int   // records held now
-	Reclaimed int64 // records freed after every group had committed past them
-	Dropped   int64 // records DropOldest evicted, or trimmed from a full partition no group reads
-	Expired   int64 // records MaxAge trimmed
-	Blocked   int64 // publishes that had to wait for room
-	TimedOut  int64 // publishes that gave up with ErrBackpressure
+	Earliest int64 // offset of the oldest retained record
+	End      int64 // offset the next record will get
+	Retained int   // records held now
+	// RetainedBytes is the key and value bytes of the records held now,
+	// what Retention.MaxBytes bounds.
+	RetainedBytes int64
+	Reclaimed     int64 // records freed after every group had committed past them
+	Dropped       int64 // records DropOldest evicted, or trimmed from a full partition no group reads
+	Expired       int64 // records MaxAge trimmed
+	Blocked       int64 // publishes that had to wait for room
+	TimedOut      int64 // publishes that gave up with ErrBackpressure
 }
 
 // Partition is a bounded, append-only log. Offsets are dense from 0 and never
 // reused: trimming moves the earliest offset up, never the end down.
 //
-// Records leave in three ways, all under mu, and each is counted, so
+// The log is full for a new record when it holds MaxMessages records, or,
+// with MaxBytes, when the record's key and value would take the bytes it
+// holds past MaxBytes. Records leave in three ways, all under mu, each as
+// many times as the new record needs, and each is counted, so
 // Earliest == Reclaimed + Dropped + Expired always:
 //   - reclaim: when the log is full, the oldest record is freed if every
 //     subscribed group has committed past it (Reclaimed). Nothing is freed
@@ -143,6 +152,7 @@ type Partition struct {
 
 	mu         sync.Mutex     // guards everything below
 	size       int            // records retained: next - base
+	bytes      int64          // key and value bytes of the records retained (recordBytes)
 	base, next int64          // offsets of the oldest retained record and of the next one
 	cursors    []subscriber   // one per subscribed group: the low-water mark is their minimum
 	lowWater   int64          // a low-water mark the cursors were at or past; see reclaimLocked
@@ -209,7 +219,8 @@ func (p *Partition) trimmedBelow() int64 { return p.earliest.Load() }
 // (ErrClosed), ctx ends (ctx's error) or BlockTimeout passes without room
 // for another record (ErrBackpressure): each record waits at most
 // BlockTimeout, as if appended alone. Records stored before a wait are
-// visible to readers at once.
+// visible to readers at once. A record larger than MaxBytes could never
+// fit: then Append stores nothing and fails with ErrInvalid.
 //
 // The records stored, and their keys, values and headers, belong to the log:
 // the caller must not touch them afterwards.
@@ -228,6 +239,13 @@ func (p *Partition) AppendReusing(ctx context.Context, recs []*Record, offsets [
 // appendFreeing is Append and AppendReusing: with freed nil, the reclaimed
 // records go to the pool.
 func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets []int64, freed []*Record) (int, []*Record, error) {
+	if p.ret.MaxBytes > 0 { // Topic.prepare checked, but Append is exported
+		for _, rec := range recs {
+			if err := p.tooLarge(rec); err != nil {
+				return 0, freed, err
+			}
+		}
+	}
 	var (
 		n        int         // records stored
 		timer    *time.Timer // started by a wait, shared by the later ones until a record is stored
@@ -249,9 +267,8 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		p.expireLocked(now)
 		stored := n
 		for n < len(recs) {
-			room, rec := p.roomLocked()
-			freed = p.release(freed, rec)
-			if !room {
+			var room bool
+			if room, freed = p.roomLocked(recordBytes(recs[n]), freed); !room {
 				break
 			}
 			offsets[n] = p.storeLocked(recs[n])
@@ -274,14 +291,15 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		// room now, or finds the channel armed and closes it. See
 		// notifyCommit.
 		p.armRoomLocked()
-		if room, rec := p.roomLocked(); room {
-			freed = p.release(freed, rec)
+		need := recordBytes(recs[n])
+		var fits bool
+		if fits, freed = p.roomLocked(need, freed); fits {
 			p.mu.Unlock()
 			continue
 		}
 		if timedOut { // the last look after the deadline found no room either
 			p.stats.TimedOut++
-			err := p.backpressureLocked()
+			err := p.backpressureLocked(need)
 			p.mu.Unlock()
 			return n, freed, err
 		}
@@ -308,8 +326,8 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 	}
 }
 
-// release hands a reclaimed record, if roomLocked reclaimed one, to whoever
-// reuses it: appended to freed for AppendReusing, else to the topic's pool.
+// release hands a reclaimed record, if there is one, to whoever reuses it:
+// appended to freed for AppendReusing, else to the topic's pool.
 func (p *Partition) release(freed []*Record, rec *Record) []*Record {
 	if rec == nil {
 		return freed
@@ -321,27 +339,67 @@ func (p *Partition) release(freed []*Record, rec *Record) []*Record {
 	return append(freed, rec)
 }
 
-// roomLocked makes room for one record if the retention allows it, and
-// reports whether there is room: reclaiming what every group has committed
-// (and returning the reclaimed record), trimming the oldest record while no
-// group is subscribed (and returning it too), or, under DropOldest,
-// evicting the oldest record; trims and drops are counted in Dropped.
-func (p *Partition) roomLocked() (bool, *Record) {
-	if p.size < p.ring.size() {
-		return true, nil
+// roomLocked makes room for a record of need key and value bytes if the
+// retention allows it, and reports whether there is room. It frees the
+// oldest records, as many as it takes: it reclaims what every group has
+// committed, trims what no group reads (while no group is subscribed), or,
+// under DropOldest, evicts what a group has not read; trims and drops are
+// counted in Dropped. Reclaimed and trimmed records are released to freed
+// for reuse.
+//
+// A Block partition whose groups have not committed enough frees what
+// they have committed and no more, and reports no room: the producer waits
+// for the rest. So a producer that then times out may have freed records
+// a replay could have read; nothing a group had not read.
+func (p *Partition) roomLocked(need int64, freed []*Record) (bool, []*Record) {
+	for !p.fitsLocked(need) {
+		if rec := p.reclaimLocked(); rec != nil {
+			freed = p.release(freed, rec) // the steady state of a full partition whose groups keep up
+		} else {
+			switch {
+			case p.size == 0: // cannot be: a record larger than MaxBytes is refused before (tooLarge)
+				return false, freed
+			case len(p.cursors) == 0:
+				freed = p.release(freed, p.trimGrouplessLocked())
+			case p.ret.OnFull == DropOldest:
+				p.evictLocked(p.oldestLocked())
+				p.stats.Dropped++
+			default:
+				return false, freed
+			}
+		}
+		if p.ret.MaxBytes > 0 {
+			// One record may free several, whose slots no append rewrites
+			// soon: empty the slot, else it keeps its record from the
+			// garbage collector, and the memory the log holds is bounded by
+			// MaxMessages rather than by MaxBytes. No reader reads it: see
+			// evictLocked, and where unread records are dropped the slots
+			// are atomic and a reader stops at an empty one (see Read).
+			p.ring.store(p.base-1, nil)
+		}
 	}
-	if rec := p.reclaimLocked(); rec != nil {
-		return true, rec // the steady state of a full partition whose groups keep up
+	return true, freed
+}
+
+// fitsLocked reports whether the log has room for a record of need bytes
+// without freeing any. The byte bound costs a field check when there is
+// none.
+func (p *Partition) fitsLocked(need int64) bool {
+	return p.size < p.ring.size() && (p.ret.MaxBytes == 0 || p.bytes+need <= p.ret.MaxBytes)
+}
+
+// recordBytes is what a record counts against MaxBytes: its key and value.
+// Headers, and the record's own bookkeeping, are not counted.
+func recordBytes(rec *Record) int64 { return int64(len(rec.Key) + len(rec.Value)) }
+
+// tooLarge fails a record that could never fit under MaxBytes, even in an
+// empty log: it must fail at once, not wait or evict everything first.
+func (p *Partition) tooLarge(rec *Record) error {
+	if size := recordBytes(rec); p.ret.MaxBytes > 0 && size > p.ret.MaxBytes {
+		return fmt.Errorf("%w: topic %q partition %d: a record of %d bytes (key %d + value %d) can never fit in MaxBytes %d",
+			ErrInvalid, p.topic, p.index, size, len(rec.Key), len(rec.Value), p.ret.MaxBytes)
 	}
-	if len(p.cursors) == 0 {
-		return true, p.trimGrouplessLocked()
-	}
-	if p.ret.OnFull == DropOldest {
-		p.evictLocked()
-		p.stats.Dropped++
-		return true, nil
-	}
-	return false, nil
+	return nil
 }
 
 // storeLocked puts rec at the end of the log and returns its offset.
@@ -352,6 +410,7 @@ func (p *Partition) storeLocked(rec *Record) int64 {
 	p.ring.store(offset, rec)
 	p.size++
 	p.next++
+	p.bytes += recordBytes(rec)
 	return offset
 }
 
@@ -470,13 +529,17 @@ func (p *Partition) subscribe(group string, c *Cursor) {
 	p.lowWater = p.base
 }
 
-// backpressureLocked is the error of a producer that found no room for
-// BlockTimeout. It names the group holding the oldest record, the one whose
-// committed offset is lowest: room appears only when that group commits,
-// so it is the group to look at (one abandoned consumer holds back every
-// producer of the partition). Groups tied with it are counted, not named.
-func (p *Partition) backpressureLocked() error {
+// backpressureLocked is the error of a producer that found no room for a
+// record of need bytes for BlockTimeout. It names the group holding the
+// oldest record, the one whose committed offset is lowest: room appears
+// only when that group commits, so it is the group to look at (one
+// abandoned consumer holds back every producer of the partition). Groups
+// tied with it are counted, not named.
+func (p *Partition) backpressureLocked(need int64) error {
 	full := fmt.Sprintf("%d records (MaxMessages)", p.size)
+	if p.size < p.ring.size() {
+		full = fmt.Sprintf("%d of %d bytes (MaxBytes) with %d more to store", p.bytes, p.ret.MaxBytes, need)
+	}
 	if len(p.cursors) == 0 { // cannot be: without a group, Block does not wait
 		return fmt.Errorf("%w: topic %q partition %d: full at %s for %v",
 			ErrBackpressure, p.topic, p.index, full, p.ret.BlockTimeout)
@@ -559,7 +622,7 @@ func (p *Partition) Stats() PartitionStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.stats
-	s.Earliest, s.End, s.Retained = p.base, p.next, p.size
+	s.Earliest, s.End, s.Retained, s.RetainedBytes = p.base, p.next, p.size, p.bytes
 	return s
 }
 
@@ -598,7 +661,7 @@ func (p *Partition) reclaimLocked() *Record {
 		}
 	}
 	rec := p.oldestLocked()
-	p.evictLocked()
+	p.evictLocked(rec)
 	p.stats.Reclaimed++
 	recycle(rec)
 	return rec
@@ -616,7 +679,7 @@ func (p *Partition) reclaimLocked() *Record {
 // the next append rewrites.
 func (p *Partition) trimGrouplessLocked() *Record {
 	rec := p.oldestLocked()
-	p.evictLocked()
+	p.evictLocked(rec)
 	p.stats.Dropped++
 	recycle(rec)
 	return rec
@@ -648,9 +711,13 @@ func (p *Partition) expireLocked(now time.Time) {
 		return
 	}
 	cutoff := now.Add(-p.ret.MaxAge)
-	for p.size > 0 && p.oldestLocked().Created.Before(cutoff) {
+	for p.size > 0 {
+		rec := p.oldestLocked()
+		if !rec.Created.Before(cutoff) {
+			break
+		}
 		p.ring.store(p.base, nil) // no append may come to reuse the slot soon
-		p.evictLocked()
+		p.evictLocked(rec)
 		p.stats.Expired++
 	}
 	p.publishEarliestLocked()
@@ -658,16 +725,19 @@ func (p *Partition) expireLocked(now time.Time) {
 
 func (p *Partition) oldestLocked() *Record { return p.ring.load(p.base) }
 
-// evictLocked moves the start of the log past its oldest record. Readers
-// learn the new start from publishEarliestLocked. The slot is left as it is,
-// which saves a store per append to a cache line the readers share: reclaim
-// and drop evict to make room for the next append, and the log is full, so
-// that append's slot is this one, and it overwrites it. Until then no reader
-// takes the reclaimed record from it: a reader reads only below the end,
-// which the append moves past its slot after writing it, and at or past its
-// cursor, which is past a reclaimed record. (A dropped record may still be
-// read; it is immutable and never reused.)
-func (p *Partition) evictLocked() {
+// evictLocked moves the start of the log past its oldest record, rec.
+// Readers learn the new start from publishEarliestLocked. The slot is left
+// as it is, which saves a store per append to a cache line the readers
+// share: reclaim and drop evict to make room for the next append, and
+// without MaxBytes the log is full, so that append's slot is this one, and
+// it overwrites it. Until then no reader takes the reclaimed record from
+// it: a reader reads only below the end, which the append moves past its
+// slot after writing it, and at or past its cursor, which is past a
+// reclaimed record (and a trimmed one has no reader). A dropped record
+// may still be read; it is immutable and never reused. With MaxBytes,
+// roomLocked empties the slot.
+func (p *Partition) evictLocked(rec *Record) {
+	p.bytes -= recordBytes(rec)
 	p.size--
 	p.base++
 }

@@ -274,15 +274,23 @@ func (t *Topic) publishable(ctx context.Context) error {
 	return nil
 }
 
-// prepare routes rec, stamps it and names it, and copies its headers.
+// prepare routes rec, stamps it and names it, and copies its headers. A
+// record too large for its partition's MaxBytes fails here, so a batch
+// with one fails before anything is appended.
 func (t *Topic) prepare(rec *Record, now time.Time) error {
 	p := t.partitioner.Partition(rec.Key, len(t.parts))
 	if p < 0 || p >= len(t.parts) {
 		return fmt.Errorf("%w: topic %q: partitioner chose partition %d of %d", ErrInvalid, t.name, p, len(t.parts))
 	}
+	part := t.parts[p]
+	if part.ret.MaxBytes > 0 {
+		if err := part.tooLarge(rec); err != nil {
+			return err
+		}
+	}
 	rec.Headers = maps.Clone(rec.Headers)
 	rec.Created = now
-	rec.log = t.parts[p]
+	rec.log = part
 	if t.broker.ids != nil {
 		rec.id = t.broker.ids.NextID()
 	}
