@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -245,4 +247,94 @@ func TestNegativeMaxBytesIsErrInvalid(t *testing.T) {
 	b := newBroker(t)
 	_, err := pubsub.NewTopic(b, "t", codec.String(), codec.String(), pubsub.WithRetention(pubsub.Retention{MaxBytes: -1}))
 	wantErrIs(t, "NewTopic with MaxBytes -1", err, pubsub.ErrInvalid)
+}
+
+// liveHeap returns the bytes of live heap objects, after collecting garbage
+// twice (the second empties sync.Pool's victim cache).
+func liveHeap() int64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// partitionHeap returns the live heap each partition of a new, empty topic
+// of 4096 partitions of maxMessages takes.
+func partitionHeap(t *testing.T, maxMessages int) float64 {
+	t.Helper()
+	const partitions = 4096
+	b := pubsub.NewBroker()
+	defer b.Close(context.Background())
+	before := liveHeap()
+	topic, err := pubsub.NewTopic(b, "t", codec.String(), codec.Bytes(),
+		pubsub.WithPartitions(partitions), pubsub.WithRetention(pubsub.Retention{MaxMessages: maxMessages}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := liveHeap()
+	runtime.KeepAlive(topic)
+	return float64(after-before) / partitions
+}
+
+// recordHeap returns the live heap each of n retained records takes beyond
+// its 16-byte key and 64-byte value (sizes of allocator classes, so that
+// they take no more than they hold), with or without a group that has
+// delivered them all (a delivery formats the records' IDs, which the
+// partition keeps for its groups to share).
+func recordHeap(t *testing.T, n int, group bool) float64 {
+	t.Helper()
+	b := pubsub.NewBroker()
+	defer b.Close(context.Background())
+	topic, err := pubsub.NewTopic(b, "t", codec.String(), codec.Bytes(),
+		pubsub.WithRetention(pubsub.Retention{MaxMessages: n}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if group {
+		mustSubscribe(t, topic, "g", "c", pubsub.HandlerFunc[[]byte](func(context.Context, pubsub.Message[[]byte]) error { return nil }))
+	}
+	before := liveHeap()
+	for i := range n {
+		mustPublish(t, topic, fmt.Sprintf("key-%012d", i), make([]byte, 64))
+	}
+	drain(t, b)
+	after := liveHeap()
+	if st := topic.Stats(); st.Retained != n || st.RetainedBytes != int64(n*(16+64)) {
+		t.Fatalf("stats %+v: want %d records of 80 bytes retained", st, n)
+	}
+	return float64(after-before)/float64(n) - (16 + 64)
+}
+
+// The memory costs Retention's doc states, measured. Keep them in sync:
+// this test fails when a measurement strays from the doc by more than a
+// tenth, and logs what it measured.
+func TestRetentionDocStatesTheMemoryCost(t *testing.T) {
+	if strconv.IntSize != 64 {
+		t.Skip("the doc's numbers are for 64-bit platforms")
+	}
+	const ( // as the doc says, in bytes
+		docPartition        = 680   // a partition of MaxMessages 1
+		docDefaultPartition = 10272 // a partition of the default 1024 (10.0 KiB)
+		docRecord           = 112   // a retained record beyond its key and value
+		docDelivered        = 25    // more per record once a group delivered it
+	)
+	partition, defaultPartition := partitionHeap(t, 1), partitionHeap(t, 0)
+	record := recordHeap(t, 1<<14, false)
+	delivered := recordHeap(t, 1<<14, true) - record
+	t.Logf("measured: %.0f B per partition of 1 record, %.0f B of 1024; %.1f B per record beyond key and value, %.1f B more once delivered",
+		partition, defaultPartition, record, delivered)
+	for _, m := range []struct {
+		what      string
+		got, want float64
+	}{
+		{"partition of 1", partition, docPartition},
+		{"partition of 1024", defaultPartition, docDefaultPartition},
+		{"record", record, docRecord},
+		{"delivered record", delivered, docDelivered},
+	} {
+		if m.got < m.want*0.9 || m.got > m.want*1.1 {
+			t.Errorf("%s: measured %.1f bytes, Retention's doc says %d: update the doc", m.what, m.got, int(m.want))
+		}
+	}
 }
