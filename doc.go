@@ -183,13 +183,14 @@
 //
 // # Sizing
 //
-// Memory is bounded by retention: about MaxMessages × partitions × (the
-// encoded record size + roughly 120 bytes of bookkeeping: the record header
-// and its slot). 4 partitions × 1024 records of 1 KiB is about 4.5 MiB. The
-// Bytes, RawBytes, String and Int codecs encode a new record into the
-// buffers of one every group has committed past, so publishing allocates
-// nothing for its bytes; a reused buffer keeps its size, so there the
-// record size to count is the largest one, up to 1 KiB. A delivery
+// Memory is bounded by retention: each partition holds at most
+// Retention.MaxMessages records and, with Retention.MaxBytes, at most that
+// many bytes of keys and values. [pubsub.Retention] gives what a partition
+// and a record cost, measured, and [pubsub.MaxPartitions] and
+// [pubsub.MaxTopicMessages] bound a topic's shape, so that a typo is an
+// error rather than an out-of-memory crash. The Bytes, RawBytes, String and
+// Int codecs encode a new record into the buffers of one every group has
+// committed past, so publishing allocates nothing for its bytes. A delivery
 // allocates the value it decodes (with Bytes, a copy of the bytes);
 // RawBytes saves that allocation by handing the handler the log's own
 // bytes, valid until it returns.

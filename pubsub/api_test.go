@@ -25,7 +25,7 @@ var (
 	_ func(int) pubsub.TopicOption                                                                                                   = pubsub.WithPartitions
 	_ func(pubsub.Retention) pubsub.TopicOption                                                                                      = pubsub.WithRetention
 	_ func(pubsub.Partitioner) pubsub.TopicOption                                                                                    = pubsub.WithPartitioner
-	_                                                                                                                                = pubsub.Retention{MaxMessages: 1, MaxAge: time.Second, OnFull: pubsub.DropOldest, BlockTimeout: time.Second}
+	_                                                                                                                                = pubsub.Retention{MaxMessages: 1, MaxAge: time.Second, OnFull: pubsub.DropOldest, BlockTimeout: time.Second, MaxBytes: 1}
 	_                                                                                                                                = []pubsub.FullPolicy{pubsub.Block, pubsub.DropOldest}
 	_ func() pubsub.Partitioner                                                                                                      = pubsub.KeyHash
 	_ func() pubsub.Partitioner                                                                                                      = pubsub.RoundRobin
@@ -64,7 +64,7 @@ var (
 	_ func(int64) pubsub.Start                                                                                                       = pubsub.AtOffset
 	_ func(time.Time) pubsub.Start                                                                                                   = pubsub.AtTime
 	_ func(pubsub.Start) pubsub.SubscribeOption                                                                                      = pubsub.StartAt
-	_                                                                                                                                = pubsub.TopicStats{Published: 1, Retained: 1, Reclaimed: 1, Dropped: 1, Expired: 1, Blocked: 1, TimedOut: 1}
+	_                                                                                                                                = pubsub.TopicStats{Published: 1, Retained: 1, RetainedBytes: 1, Reclaimed: 1, Dropped: 1, Expired: 1, Blocked: 1, TimedOut: 1}
 	_                                                                                                                                = pubsub.ShutdownError{Unfinished: []pubsub.Unfinished{{Group: "", Topic: "", Partition: 0, Committed: 0, End: 0, Running: true}}, Err: nil}
 	_                                                                                                                                = pubsub.PanicError{Value: nil, Stack: nil}
 	_ error                                                                                                                          = (*pubsub.ShutdownError)(nil)

@@ -441,13 +441,19 @@ func TestClosedBrokerRefusesNewWork(t *testing.T) {
 	}
 }
 
-// A Block partition that stays full fails Publish with ErrBackpressure
-// after exactly BlockTimeout, having appended nothing.
+// A Block partition that a group keeps full fails Publish with
+// ErrBackpressure after exactly BlockTimeout, having appended nothing.
 func TestPublishBackpressure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		tp := mustTopic(t, b, "jobs", codec.String(), codec.String(),
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, OnFull: pubsub.Block, BlockTimeout: 50 * time.Millisecond}))
+		release := make(chan struct{})
+		rec := recorder[string]{fail: func(context.Context, pubsub.Message[string]) error {
+			<-release // the group commits nothing until the test lets go
+			return nil
+		}}
+		mustSubscribe(t, tp, "workers", "w1", &rec)
 		mustPublishValue(t, tp, "j1")
 		start := time.Now()
 		_, err := tp.PublishValue(context.Background(), "j2")
@@ -455,13 +461,12 @@ func TestPublishBackpressure(t *testing.T) {
 		if waited := time.Since(start); waited != 50*time.Millisecond {
 			t.Errorf("Publish waited %v, want the 50ms BlockTimeout", waited)
 		}
-		want := pubsub.TopicStats{Published: 1, Retained: 1, Blocked: 1, TimedOut: 1}
+		want := pubsub.TopicStats{Published: 1, Retained: 1, RetainedBytes: 2, Blocked: 1, TimedOut: 1} // "j1"
 		if got := tp.Stats(); got != want {
 			t.Errorf("stats: got %+v, want %+v", got, want)
 		}
-		// A group commits j1, which makes room: the next record takes offset 1.
-		var rec recorder[string]
-		mustSubscribe(t, tp, "workers", "w1", &rec)
+		// The group commits j1, which makes room: the next record takes offset 1.
+		close(release)
 		drain(t, b)
 		if pos := mustPublishValue(t, tp, "j3"); pos.Offset != 1 {
 			t.Errorf("publish after the room appeared: got offset %d, want 1", pos.Offset)
@@ -471,7 +476,7 @@ func TestPublishBackpressure(t *testing.T) {
 			t.Errorf("delivered %q, want [j1 j3]", got)
 		}
 		// j1 was freed once the group had committed past it.
-		want = pubsub.TopicStats{Published: 2, Retained: 1, Reclaimed: 1, Blocked: 1, TimedOut: 1}
+		want = pubsub.TopicStats{Published: 2, Retained: 1, RetainedBytes: 2, Reclaimed: 1, Blocked: 1, TimedOut: 1} // "j3"
 		if got := tp.Stats(); got != want {
 			t.Errorf("stats: got %+v, want %+v", got, want)
 		}
@@ -485,6 +490,9 @@ func TestBlockedPublishHonoursItsContext(t *testing.T) {
 		b := newBroker(t)
 		tp := mustTopic(t, b, "jobs", codec.String(), codec.String(),
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: time.Hour}))
+		release := make(chan struct{})
+		defer close(release)
+		mustSubscribe(t, tp, "workers", "w1", stuckHandler(release)) // holds j1
 		mustPublishValue(t, tp, "j1")
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 		defer cancel()
@@ -504,12 +512,14 @@ func TestBlockedPublishHonoursItsContext(t *testing.T) {
 }
 
 // A producer blocked on a full partition fails with ErrClosed when Close
-// begins.
+// begins, before Close waits for the groups to drain.
 func TestBlockedPublishFailsOnClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		tp := mustTopic(t, b, "jobs", codec.String(), codec.String(),
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: time.Hour}))
+		release := make(chan struct{})
+		mustSubscribe(t, tp, "workers", "w1", stuckHandler(release)) // holds j1
 		mustPublishValue(t, tp, "j1")
 		blocked := make(chan error, 1)
 		go func() {
@@ -523,12 +533,15 @@ func TestBlockedPublishFailsOnClose(t *testing.T) {
 		default:
 		}
 		start := time.Now()
-		if err := b.Close(context.Background()); err != nil {
-			t.Fatalf("Close: got %v, want nil", err)
-		}
-		wantErrIs(t, "the blocked Publish", <-blocked, pubsub.ErrClosed)
+		closed := make(chan error)
+		go func() { closed <- b.Close(context.Background()) }()
+		wantErrIs(t, "the blocked Publish", <-blocked, pubsub.ErrClosed) // while Close waits for w1
 		if waited := time.Since(start); waited != 0 {
 			t.Errorf("the blocked Publish returned after %v, want at once", waited)
+		}
+		close(release)
+		if err := <-closed; err != nil {
+			t.Fatalf("Close: got %v, want nil", err)
 		}
 		if got := tp.Stats().Published; got != 1 {
 			t.Errorf("Published: got %d, want 1", got)

@@ -140,25 +140,37 @@ func ExampleGroup_Replay() {
 	// Output: [a b c b c]
 }
 
-// A full Block partition makes Publish wait, then fail with ErrBackpressure;
-// nothing is appended.
+// A full Block partition makes Publish wait for the group holding its
+// oldest record, then fail with ErrBackpressure naming that group; nothing
+// is appended. (A partition no group reads never blocks: it trims its
+// oldest record instead.)
 func ExampleRetention() {
 	ctx := context.Background()
 	b := pubsub.NewBroker()
 	defer b.Close(ctx)
 	jobs, _ := pubsub.NewTopic(b, "jobs", codec.String(), codec.String(),
 		pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, OnFull: pubsub.Block, BlockTimeout: time.Millisecond}))
+	busy := make(chan struct{})
+	defer close(busy) // before Close, which waits for the handler
+	jobs.Subscribe("audit", "audit-1", pubsub.HandlerFunc[string](func(ctx context.Context, m pubsub.Message[string]) error {
+		<-busy // a slow consumer: it holds j1 until the example ends
+		return nil
+	}))
 
 	for _, j := range []string{"j1", "j2", "j3"} {
 		_, err := jobs.PublishValue(ctx, j)
 		fmt.Printf("%s: backpressure=%v\n", j, errors.Is(err, pubsub.ErrBackpressure))
+		if err != nil {
+			fmt.Println(err)
+		}
 	}
 	fmt.Printf("%+v\n", jobs.Stats())
 	// Output:
 	// j1: backpressure=false
 	// j2: backpressure=false
 	// j3: backpressure=true
-	// {Published:2 Retained:2 Reclaimed:0 Dropped:0 Expired:0 Blocked:1 TimedOut:1}
+	// logbus: publish to topic "jobs": partition full: partition 0: group "audit" holds the oldest record, offset 0; full at 2 records (MaxMessages) for 1ms
+	// {Published:2 Retained:2 RetainedBytes:4 Reclaimed:0 Dropped:0 Expired:0 Blocked:1 TimedOut:1}
 }
 
 // A Stream hands messages over on a channel; each must be acked or nacked.

@@ -1457,6 +1457,9 @@ func TestBlockedProducerWakesWhenTheOldestRecordExpires(t *testing.T) {
 		b := newBroker(t) // the wall clock, which is virtual in the bubble
 		topic := mustTopic(t, b, "jobs", codec.String(), codec.String(),
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, MaxAge: time.Second, BlockTimeout: time.Hour}))
+		release := make(chan struct{})
+		defer close(release)
+		mustSubscribe(t, topic, "workers", "w1", stuckHandler(release)) // commits nothing: only age makes room
 		mustPublishValue(t, topic, "j1")
 		start := time.Now()
 		pos := mustPublishValue(t, topic, "j2")

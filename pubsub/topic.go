@@ -58,7 +58,9 @@ type FullPolicy int
 const (
 	// Block makes Publish wait for room, at most Retention.BlockTimeout and
 	// never past its context, then fail with ErrBackpressure having appended
-	// nothing. Room appears when the slowest group commits.
+	// nothing; the error names the group holding the oldest record. Room
+	// appears when the slowest group commits. Block waits only for groups:
+	// a partition that no group reads trims its oldest record instead.
 	Block FullPolicy = iota
 	// DropOldest evicts the oldest record, read or not, so Publish never
 	// waits. A group whose delivery of an evicted record had not begun skips
@@ -71,18 +73,39 @@ func (f FullPolicy) String() string { return core.FullPolicy(f).String() }
 
 // Retention bounds each partition of a topic. Zero fields mean the defaults.
 //
-// A partition holds at most MaxMessages records. Records are not freed when
+// A partition holds at most MaxMessages records and, with MaxBytes, at
+// most MaxBytes bytes of keys and values. Records are not freed when
 // acked, so a group can replay them; they are freed when the partition is
 // full and every group has committed past them, or when MaxAge passes. A
-// partition with no group subscribed frees nothing, so the first group reads
-// the whole backlog; a group created later starts at the oldest record still
-// retained. Memory is about MaxMessages × partitions × (record size
-// + ~150 bytes of bookkeeping). With codecs that can append (codec.Appender:
-// Bytes, String, Int) a new record reuses the buffers of a freed one, so
-// there the record size is that of the largest record up to 1 KiB.
+// full partition that no group reads trims its oldest record, whatever
+// OnFull says, and counts it in TopicStats.Dropped: publishers never wait
+// for a reader that may never come, and a group created later starts at
+// the oldest record still retained, so it finds the newest ones.
+//
+// Memory, as measured on go1.26 for amd64 (TestRetentionDocStatesTheMemoryCost
+// keeps these numbers true):
+//
+//   - A partition takes 680 bytes plus a slot of 8 bytes per record of
+//     MaxMessages (a little more after the allocator rounds it up),
+//     allocated by NewTopic whether or not records come: 10.0 KiB for the
+//     default 1024 records.
+//   - A retained record takes 112 bytes plus its encoded key and value,
+//     each rounded up to an allocator size class, plus its headers if it
+//     has any; once a group has delivered it, about 25 bytes more, its
+//     share of the record IDs the partition keeps formatted for its groups.
+//
+// So a topic holds at most about partitions × (10 KiB + MaxMessages × (140
+// bytes + key + value)): 4 partitions of 1024 records of 1 KiB take about
+// 4.6 MiB. MaxBytes bounds the keys and values, not the 140 bytes. With
+// codecs that can append (codec.Appender: Bytes, RawBytes, String, Int) a
+// new record reuses the buffers of a freed one, which keep their capacity
+// up to 1 KiB: there the key and value to count are the largest ones, up
+// to 1 KiB each. Each group adds a goroutine per partition, which is not
+// counted here.
 type Retention struct {
 	// MaxMessages is the bounded buffer of each partition. Default 1024;
-	// negative is ErrInvalid.
+	// negative is ErrInvalid, and so is a value that makes partitions ×
+	// MaxMessages exceed MaxTopicMessages.
 	MaxMessages int
 	// MaxAge trims records older than this (by the broker's Clock) whether
 	// or not they were read; groups that had not read them count them as
@@ -95,14 +118,38 @@ type Retention struct {
 	// BlockTimeout is how long a Block partition makes Publish wait for
 	// room. Default 1s.
 	BlockTimeout time.Duration
+	// MaxBytes is a bound on the key+value bytes a partition retains; 0
+	// means no byte bound; < 0 is ErrInvalid. A partition is full when
+	// either bound is reached, and frees (or, under Block, waits for) as
+	// many of its oldest records as a new record needs to fit. Headers and
+	// bookkeeping are not counted. A record whose key and value alone
+	// exceed MaxBytes could never fit: its Publish fails at once with
+	// ErrInvalid, and a PublishBatch holding one fails before anything is
+	// published.
+	MaxBytes int64
 }
+
+// The limits of a topic's shape. Past them NewTopic fails at once with
+// ErrInvalid naming the limit, before it allocates anything: a topic
+// allocates a slot per record of MaxMessages in each partition when it is
+// created (see Retention), so an absurd shape would otherwise be an
+// out-of-memory crash rather than an error.
+const (
+	// MaxPartitions is the most partitions a topic may have
+	// (WithPartitions): far more than any machine has cores to run.
+	MaxPartitions = core.MaxPartitions
+	// MaxTopicMessages bounds partitions × Retention.MaxMessages, the
+	// records a topic may retain at most, and so MaxMessages itself: 16 Mi
+	// slots, 128 MiB allocated by NewTopic.
+	MaxTopicMessages = core.MaxTopicMessages
+)
 
 // WithRetention sets the retention of every partition, overriding the
 // defaults field by field (a zero field keeps its default).
 func WithRetention(r Retention) TopicOption {
 	return topicOptionFunc(func(c *topicConfig) {
 		c.Retention = core.Retention{MaxMessages: r.MaxMessages, MaxAge: r.MaxAge,
-			OnFull: core.FullPolicy(r.OnFull), BlockTimeout: r.BlockTimeout}
+			OnFull: core.FullPolicy(r.OnFull), BlockTimeout: r.BlockTimeout, MaxBytes: r.MaxBytes}
 	})
 }
 
@@ -353,11 +400,14 @@ func applyPublishOptions(opts []PublishOption) publishConfig {
 type TopicStats struct {
 	Published int64 // records appended (the sum of the partitions' end offsets)
 	Retained  int   // records held now
-	Reclaimed int64 // records freed after every group had committed past them
-	Dropped   int64 // records DropOldest evicted, read or not
-	Expired   int64 // records MaxAge trimmed, read or not
-	Blocked   int64 // publishes that had to wait for room
-	TimedOut  int64 // publishes that failed with ErrBackpressure
+	// RetainedBytes is the key and value bytes of the records held now,
+	// what Retention.MaxBytes bounds in each partition.
+	RetainedBytes int64
+	Reclaimed     int64 // records freed after every group had committed past them
+	Dropped       int64 // records shed by DropOldest, or trimmed from a full partition that no group reads
+	Expired       int64 // records MaxAge trimmed, read or not
+	Blocked       int64 // publishes that had to wait for room
+	TimedOut      int64 // publishes that failed with ErrBackpressure
 }
 
 // Stats returns the topic's counters. It does not block.
@@ -366,6 +416,7 @@ func (t *Topic[K, V]) Stats() TopicStats {
 	for _, p := range t.eng.Stats() {
 		s.Published += p.End
 		s.Retained += p.Retained
+		s.RetainedBytes += p.RetainedBytes
 		s.Reclaimed += p.Reclaimed
 		s.Dropped += p.Dropped
 		s.Expired += p.Expired

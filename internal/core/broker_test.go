@@ -151,10 +151,20 @@ func TestPanickingHandlerDoesNotKillItsWorker(t *testing.T) {
 	})
 }
 
+// TestBlockBackpressureThenReclaim: a group that commits nothing keeps a
+// Block partition full; once it commits, its records are reclaimed. (Block
+// waits only for groups: without one, a full partition trims instead; see
+// retention_test.go.)
 func TestBlockBackpressureThenReclaim(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
 		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 2, BlockTimeout: 20 * time.Millisecond}})
+		release := make(chan struct{})
+		var h recorder
+		subscribe(t, b, "orders", "billing", "b1", func(ctx context.Context, rec *Record, attempt int, _ <-chan struct{}) error {
+			<-release // commits nothing until the test lets go
+			return h.handler("b1")(ctx, rec, attempt, nil)
+		})
 		publish(t, orders, "alice", "first")
 		publish(t, orders, "alice", "second")
 
@@ -168,8 +178,7 @@ func TestBlockBackpressureThenReclaim(t *testing.T) {
 			t.Errorf("stats %+v: want end 2 (nothing appended), 1 blocked, 1 timed out", s)
 		}
 
-		var h recorder
-		subscribe(t, b, "orders", "billing", "b1", h.handler("b1"))
+		close(release)
 		drain(t, b)
 		publish(t, orders, "alice", "third") // the committed records are reclaimed
 		drain(t, b)
@@ -372,6 +381,9 @@ func TestBlockedProducerWakesWhenTheOldestRecordExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{}) // the wall clock is virtual in the bubble
 		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 1, MaxAge: 10 * time.Second, BlockTimeout: time.Hour}})
+		release := make(chan struct{})
+		defer close(release)
+		subscribe(t, b, "orders", "billing", "b1", stuckHandler(release)) // commits nothing: only age makes room
 		publish(t, orders, "", "old")
 		start := time.Now()
 		publish(t, orders, "", "new")
@@ -724,10 +736,14 @@ func TestGracefulShutdownThenClosedErrors(t *testing.T) {
 	})
 }
 
+// TestCloseWhileAProducerIsBlocked: Close fails a producer parked on a full
+// partition at once, before it waits for the groups to drain.
 func TestCloseWhileAProducerIsBlocked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
 		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 2, BlockTimeout: time.Hour}})
+		release := make(chan struct{})
+		subscribe(t, b, "orders", "billing", "b1", stuckHandler(release)) // holds "a" until released
 		publish(t, orders, "", "a")
 		publish(t, orders, "", "b")
 		blocked := make(chan error)
@@ -736,10 +752,13 @@ func TestCloseWhileAProducerIsBlocked(t *testing.T) {
 			blocked <- err
 		}()
 		synctest.Wait() // the producer is parked on the full partition
-		if err := b.Close(context.Background()); err != nil {
+		closed := make(chan error)
+		go func() { closed <- b.Close(context.Background()) }()
+		wantErr(t, <-blocked, ErrClosed) // while Close still waits for billing
+		close(release)
+		if err := <-closed; err != nil {
 			t.Fatalf("Close: %v", err)
 		}
-		wantErr(t, <-blocked, ErrClosed)
 		if end := orders.Partition(0).End(); end != 2 {
 			t.Errorf("end offset %d after Close, want 2: the parked producer must not append", end)
 		}
@@ -750,6 +769,9 @@ func TestPublishHonoursItsContextWhileBlocked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
 		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 1, BlockTimeout: time.Hour}})
+		release := make(chan struct{})
+		defer close(release)
+		subscribe(t, b, "orders", "billing", "b1", stuckHandler(release)) // holds "a"
 		publish(t, orders, "", "a")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -22,12 +22,12 @@ import (
 //     with; below Earliest it says skip to Earliest; at or past End it waits,
 //     and the next append that stores a record rings its bell.
 //   - A full log reclaims its oldest record exactly when every subscribed
-//     group has committed past it, else drops it under DropOldest or, under
-//     Block, gives up with ErrBackpressure after BlockTimeout (1 ns here)
-//     having stored what fitted. MaxAge trims records strictly older than it
-//     on the next append or read.
-//   - Stats agrees with the model and Bounds, Retained <= MaxMessages, and
-//     Earliest == Reclaimed + Dropped + Expired.
+//     group has committed past it, else drops it under DropOldest or when no
+//     group is subscribed, or, under Block, gives up with ErrBackpressure
+//     after BlockTimeout (1 ns here) having stored what fitted. MaxAge trims
+//     records strictly older than it on the next append or read.
+//   - Stats agrees with the model (RetainedBytes included) and Bounds,
+//     Retained <= MaxMessages, and Earliest == Reclaimed + Dropped + Expired.
 //
 // The partition is driven from this goroutine only, so the model is exact;
 // workers and their interleavings are the synctest and rapid tests' job.
@@ -163,7 +163,7 @@ records:
 		case len(h.committed) > 0 && slices.Min(h.committed) > h.base:
 			h.base++
 			h.counts.Reclaimed++
-		case h.ret.OnFull == DropOldest:
+		case h.ret.OnFull == DropOldest || len(h.cursors) == 0: // no group: Block does not wait, it trims
 			h.base++
 			h.counts.Dropped++
 		default: // Block: nobody will make room within BlockTimeout
@@ -297,6 +297,9 @@ func (h *logHarness) check() {
 	s := h.part.Stats()
 	want := h.counts
 	want.Earliest, want.End, want.Retained = h.base, h.next, int(h.next-h.base)
+	for o := h.base; o < h.next; o++ {
+		want.RetainedBytes += int64(h.sizes[o])
+	}
 	if s != want {
 		t.Fatalf("Stats = %+v\nwant    %+v", s, want)
 	}

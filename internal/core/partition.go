@@ -13,8 +13,10 @@ import (
 type FullPolicy int
 
 const (
-	// Block makes the producer wait for room, at most BlockTimeout and never
-	// past its context, then fail with ErrBackpressure.
+	// Block makes the producer wait for the groups to make room, at most
+	// BlockTimeout and never past its context, then fail with
+	// ErrBackpressure. A partition no group reads never waits: see
+	// Partition.
 	Block FullPolicy = iota
 	// DropOldest evicts the oldest record, read or not, and counts it.
 	DropOldest
@@ -32,10 +34,11 @@ func (f FullPolicy) String() string {
 
 // Retention bounds a partition. Zero fields mean the defaults.
 type Retention struct {
-	MaxMessages  int           // records held at most; default 1024
+	MaxMessages  int           // records held at most; default 1024, at most MaxTopicMessages
 	MaxAge       time.Duration // trim records older than this; 0 keeps them
 	OnFull       FullPolicy    // default Block
 	BlockTimeout time.Duration // longest wait for room under Block; default 1s
+	MaxBytes     int64         // key+value bytes held at most; 0 means no byte bound
 }
 
 // Defaults of Retention.
@@ -44,11 +47,18 @@ const (
 	DefaultBlockTimeout = time.Second
 )
 
-// Resolve checks r and fills its zero fields with the defaults.
+// Resolve checks r and fills its zero fields with the defaults. It is where
+// a retention is validated; the limits that also depend on the partition
+// count are checked by TopicConfig.resolve.
 func (r Retention) Resolve() (Retention, error) {
 	switch {
 	case r.MaxMessages < 0:
 		return r, fmt.Errorf("%w: retention MaxMessages %d is negative", ErrInvalid, r.MaxMessages)
+	case r.MaxMessages > MaxTopicMessages: // a partition holds no more than its topic
+		return r, fmt.Errorf("%w: retention MaxMessages %d is over the limit of %d records a topic may hold (MaxTopicMessages)",
+			ErrInvalid, r.MaxMessages, MaxTopicMessages)
+	case r.MaxBytes < 0:
+		return r, fmt.Errorf("%w: retention MaxBytes %d is negative", ErrInvalid, r.MaxBytes)
 	case r.MaxAge < 0:
 		return r, fmt.Errorf("%w: retention MaxAge %v is negative", ErrInvalid, r.MaxAge)
 	case r.BlockTimeout < 0:
@@ -67,28 +77,36 @@ func (r Retention) Resolve() (Retention, error) {
 
 // PartitionStats counts what happened to one partition's records.
 type PartitionStats struct {
-	Earliest  int64 // offset of the oldest retained record
-	End       int64 // offset the next record will get
-	Retained  int   // records held now
-	Reclaimed int64 // records freed after every group had committed past them
-	Dropped   int64 // records DropOldest evicted
-	Expired   int64 // records MaxAge trimmed
-	Blocked   int64 // publishes that had to wait for room
-	TimedOut  int64 // publishes that gave up with ErrBackpressure
+	Earliest int64 // offset of the oldest retained record
+	End      int64 // offset the next record will get
+	Retained int   // records held now
+	// RetainedBytes is the key and value bytes of the records held now,
+	// what Retention.MaxBytes bounds.
+	RetainedBytes int64
+	Reclaimed     int64 // records freed after every group had committed past them
+	Dropped       int64 // records DropOldest evicted, or trimmed from a full partition no group reads
+	Expired       int64 // records MaxAge trimmed
+	Blocked       int64 // publishes that had to wait for room
+	TimedOut      int64 // publishes that gave up with ErrBackpressure
 }
 
 // Partition is a bounded, append-only log. Offsets are dense from 0 and never
 // reused: trimming moves the earliest offset up, never the end down.
 //
-// Records leave in three ways, all under mu, and each is counted, so
+// The log is full for a new record when it holds MaxMessages records, or,
+// with MaxBytes, when the record's key and value would take the bytes it
+// holds past MaxBytes. Records leave in three ways, all under mu, each as
+// many times as the new record needs, and each is counted, so
 // Earliest == Reclaimed + Dropped + Expired always:
 //   - reclaim: when the log is full, the oldest record is freed if every
 //     subscribed group has committed past it (Reclaimed). Nothing is freed
-//     earlier, so a group can replay what it already read, and nothing is
-//     freed while no group is subscribed, so the first group reads the
-//     backlog.
+//     earlier, so a group can replay what it already read.
 //   - drop: under DropOldest, when reclaiming is not enough, the oldest
 //     record goes even if a group has not read it (counted in Dropped).
+//     While no group is subscribed, a full log drops its oldest record
+//     under Block too: nobody could make room, and a producer must not
+//     wait for a reader that may never come. A group created later finds
+//     the newest records. Block waits only for groups.
 //   - expiry: records older than MaxAge go on the next append or read
 //     (counted in Expired).
 //
@@ -134,13 +152,21 @@ type Partition struct {
 
 	mu         sync.Mutex     // guards everything below
 	size       int            // records retained: next - base
+	bytes      int64          // key and value bytes of the records retained (recordBytes)
 	base, next int64          // offsets of the oldest retained record and of the next one
-	cursors    []*Cursor      // one per subscribed group: the low-water mark is their minimum
+	cursors    []subscriber   // one per subscribed group: the low-water mark is their minimum
 	lowWater   int64          // a low-water mark the cursors were at or past; see reclaimLocked
 	sealed     bool           // Close began: appends fail with ErrClosed
 	readers    []reader       // readers waiting for the next append; see Read
 	room       chan struct{}  // made by a producer that waits for room, closed when room may have appeared or on seal
 	stats      PartitionStats // Reclaimed, Dropped, Expired, Blocked, TimedOut
+}
+
+// subscriber is a group's cursor on the partition, with the group's name
+// to say who holds the oldest record when a producer gives up on room.
+type subscriber struct {
+	group  string
+	cursor *Cursor
 }
 
 // cacheLinePad separates fields that different goroutines write: 64 bytes,
@@ -193,7 +219,8 @@ func (p *Partition) trimmedBelow() int64 { return p.earliest.Load() }
 // (ErrClosed), ctx ends (ctx's error) or BlockTimeout passes without room
 // for another record (ErrBackpressure): each record waits at most
 // BlockTimeout, as if appended alone. Records stored before a wait are
-// visible to readers at once.
+// visible to readers at once. A record larger than MaxBytes could never
+// fit: then Append stores nothing and fails with ErrInvalid.
 //
 // The records stored, and their keys, values and headers, belong to the log:
 // the caller must not touch them afterwards.
@@ -212,6 +239,13 @@ func (p *Partition) AppendReusing(ctx context.Context, recs []*Record, offsets [
 // appendFreeing is Append and AppendReusing: with freed nil, the reclaimed
 // records go to the pool.
 func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets []int64, freed []*Record) (int, []*Record, error) {
+	if p.ret.MaxBytes > 0 { // Topic.prepare checked, but Append is exported
+		for _, rec := range recs {
+			if err := p.tooLarge(rec); err != nil {
+				return 0, freed, err
+			}
+		}
+	}
 	var (
 		n        int         // records stored
 		timer    *time.Timer // started by a wait, shared by the later ones until a record is stored
@@ -233,9 +267,8 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		p.expireLocked(now)
 		stored := n
 		for n < len(recs) {
-			room, rec := p.roomLocked()
-			freed = p.release(freed, rec)
-			if !room {
+			var room bool
+			if room, freed = p.roomLocked(recordBytes(recs[n]), freed); !room {
 				break
 			}
 			offsets[n] = p.storeLocked(recs[n])
@@ -258,16 +291,17 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		// room now, or finds the channel armed and closes it. See
 		// notifyCommit.
 		p.armRoomLocked()
-		if room, rec := p.roomLocked(); room {
-			freed = p.release(freed, rec)
+		need := recordBytes(recs[n])
+		var fits bool
+		if fits, freed = p.roomLocked(need, freed); fits {
 			p.mu.Unlock()
 			continue
 		}
 		if timedOut { // the last look after the deadline found no room either
 			p.stats.TimedOut++
+			err := p.backpressureLocked(need)
 			p.mu.Unlock()
-			return n, freed, fmt.Errorf("%w: topic %q partition %d held %d records for %v",
-				ErrBackpressure, p.topic, p.index, p.ret.MaxMessages, p.ret.BlockTimeout)
+			return n, freed, err
 		}
 		if !blocked {
 			blocked = true
@@ -292,8 +326,8 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 	}
 }
 
-// release hands a reclaimed record, if roomLocked reclaimed one, to whoever
-// reuses it: appended to freed for AppendReusing, else to the topic's pool.
+// release hands a reclaimed record, if there is one, to whoever reuses it:
+// appended to freed for AppendReusing, else to the topic's pool.
 func (p *Partition) release(freed []*Record, rec *Record) []*Record {
 	if rec == nil {
 		return freed
@@ -305,23 +339,67 @@ func (p *Partition) release(freed []*Record, rec *Record) []*Record {
 	return append(freed, rec)
 }
 
-// roomLocked makes room for one record if the retention allows it, and
-// reports whether there is room: reclaiming what every group has committed
-// (and returning the reclaimed record), or, under DropOldest, evicting the
-// oldest record and counting it.
-func (p *Partition) roomLocked() (bool, *Record) {
-	if p.size < p.ring.size() {
-		return true, nil
+// roomLocked makes room for a record of need key and value bytes if the
+// retention allows it, and reports whether there is room. It frees the
+// oldest records, as many as it takes: it reclaims what every group has
+// committed, trims what no group reads (while no group is subscribed), or,
+// under DropOldest, evicts what a group has not read; trims and drops are
+// counted in Dropped. Reclaimed and trimmed records are released to freed
+// for reuse.
+//
+// A Block partition whose groups have not committed enough frees what
+// they have committed and no more, and reports no room: the producer waits
+// for the rest. So a producer that then times out may have freed records
+// a replay could have read; nothing a group had not read.
+func (p *Partition) roomLocked(need int64, freed []*Record) (bool, []*Record) {
+	for !p.fitsLocked(need) {
+		if rec := p.reclaimLocked(); rec != nil {
+			freed = p.release(freed, rec) // the steady state of a full partition whose groups keep up
+		} else {
+			switch {
+			case p.size == 0: // cannot be: a record larger than MaxBytes is refused before (tooLarge)
+				return false, freed
+			case len(p.cursors) == 0:
+				freed = p.release(freed, p.trimGrouplessLocked())
+			case p.ret.OnFull == DropOldest:
+				p.evictLocked(p.oldestLocked())
+				p.stats.Dropped++
+			default:
+				return false, freed
+			}
+		}
+		if p.ret.MaxBytes > 0 {
+			// One record may free several, whose slots no append rewrites
+			// soon: empty the slot, else it keeps its record from the
+			// garbage collector, and the memory the log holds is bounded by
+			// MaxMessages rather than by MaxBytes. No reader reads it: see
+			// evictLocked, and where unread records are dropped the slots
+			// are atomic and a reader stops at an empty one (see Read).
+			p.ring.store(p.base-1, nil)
+		}
 	}
-	if rec := p.reclaimLocked(); rec != nil {
-		return true, rec // the steady state of a full partition whose groups keep up
+	return true, freed
+}
+
+// fitsLocked reports whether the log has room for a record of need bytes
+// without freeing any. The byte bound costs a field check when there is
+// none.
+func (p *Partition) fitsLocked(need int64) bool {
+	return p.size < p.ring.size() && (p.ret.MaxBytes == 0 || p.bytes+need <= p.ret.MaxBytes)
+}
+
+// recordBytes is what a record counts against MaxBytes: its key and value.
+// Headers, and the record's own bookkeeping, are not counted.
+func recordBytes(rec *Record) int64 { return int64(len(rec.Key) + len(rec.Value)) }
+
+// tooLarge fails a record that could never fit under MaxBytes, even in an
+// empty log: it must fail at once, not wait or evict everything first.
+func (p *Partition) tooLarge(rec *Record) error {
+	if size := recordBytes(rec); p.ret.MaxBytes > 0 && size > p.ret.MaxBytes {
+		return fmt.Errorf("%w: topic %q partition %d: a record of %d bytes (key %d + value %d) can never fit in MaxBytes %d",
+			ErrInvalid, p.topic, p.index, size, len(rec.Key), len(rec.Value), p.ret.MaxBytes)
 	}
-	if p.ret.OnFull == DropOldest {
-		p.evictLocked()
-		p.stats.Dropped++
-		return true, nil
-	}
-	return false, nil
+	return nil
 }
 
 // storeLocked puts rec at the end of the log and returns its offset.
@@ -332,6 +410,7 @@ func (p *Partition) storeLocked(rec *Record) int64 {
 	p.ring.store(offset, rec)
 	p.size++
 	p.next++
+	p.bytes += recordBytes(rec)
 	return offset
 }
 
@@ -438,15 +517,16 @@ func (p *Partition) wakeProducersLocked() {
 	p.roomArmed.Store(false)
 }
 
-// subscribe makes a new group's cursor part of the low-water mark and starts
-// it where from says, in one step under the lock, so no record before that
-// point is ever read by the group. What was trimmed before the group existed
-// is not the group's loss, so it is not counted as skipped.
+// subscribe makes the cursor of a new group, named group, part of the
+// low-water mark and starts it where from says, in one step under the lock,
+// so no record before that point is ever read by the group. What was
+// trimmed before the group existed is not the group's loss, so it is not
+// counted as skipped.
 func (p *Partition) subscribe(c *Cursor, group string, from Start) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c.Set(p.startLocked(from))
-	p.cursors = append(p.cursors, c)
+	p.cursors = append(p.cursors, subscriber{group: group, cursor: c})
 	p.lowWater = min(p.lowWater, c.Committed())
 }
 
@@ -468,6 +548,42 @@ func (p *Partition) startLocked(from Start) int64 {
 		return p.next
 	}
 	return p.base
+}
+
+// backpressureLocked is the error of a producer that found no room for a
+// record of need bytes for BlockTimeout. It names the group holding the
+// oldest record, the one whose committed offset is lowest: room appears
+// only when that group commits, so it is the group to look at (one
+// abandoned consumer holds back every producer of the partition). Groups
+// tied with it are counted, not named.
+func (p *Partition) backpressureLocked(need int64) error {
+	full := fmt.Sprintf("%d records (MaxMessages)", p.size)
+	if p.size < p.ring.size() {
+		full = fmt.Sprintf("%d of %d bytes (MaxBytes) with %d more to store", p.bytes, p.ret.MaxBytes, need)
+	}
+	if len(p.cursors) == 0 { // cannot be: without a group, Block does not wait
+		return fmt.Errorf("%w: partition %d: full at %s for %v",
+			ErrBackpressure, p.index, full, p.ret.BlockTimeout)
+	}
+	slowest, low, ties := p.cursors[0].group, p.cursors[0].cursor.Committed(), 0
+	for _, s := range p.cursors[1:] {
+		switch c := s.cursor.Committed(); {
+		case c < low:
+			slowest, low, ties = s.group, c, 0
+		case c == low:
+			ties++
+		}
+	}
+	var also string
+	switch ties {
+	case 0:
+	case 1:
+		also = " (as does 1 other group)"
+	default:
+		also = fmt.Sprintf(" (as do %d other groups)", ties)
+	}
+	return fmt.Errorf("%w: partition %d: group %q holds the oldest record, offset %d%s; full at %s for %v",
+		ErrBackpressure, p.index, slowest, p.base, also, full, p.ret.BlockTimeout)
 }
 
 // expiryLocked returns a channel that fires when the oldest record becomes
@@ -541,7 +657,7 @@ func (p *Partition) Stats() PartitionStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.stats
-	s.Earliest, s.End, s.Retained = p.base, p.next, p.size
+	s.Earliest, s.End, s.Retained, s.RetainedBytes = p.base, p.next, p.size, p.bytes
 	return s
 }
 
@@ -559,7 +675,8 @@ func (p *Partition) Stats() PartitionStats {
 //
 // It returns the reclaimed record, or nil, for the producer to reuse with
 // its key and value buffers (see Topic.NewRecord), so a topic whose groups
-// keep up allocates no records. That is safe because nothing in the
+// keep up allocates no records (nor does one without groups: see
+// trimGrouplessLocked). That is safe because nothing in the
 // log refers to it any more: every group's cursor is past it, a worker reads
 // only at or after its cursor and lets go of a record before it commits it,
 // and a dead letter keeps a copy of the record and its bytes. Records that
@@ -567,22 +684,46 @@ func (p *Partition) Stats() PartitionStats {
 // left to the garbage collector.
 func (p *Partition) reclaimLocked() *Record {
 	if len(p.cursors) == 0 || p.size == 0 {
-		return nil // no group yet: keep the backlog for the first one
+		return nil // no group: nothing to reclaim for (roomLocked drops instead)
 	}
 	if p.lowWater <= p.base {
-		p.lowWater = p.cursors[0].Committed()
-		for _, c := range p.cursors[1:] {
-			p.lowWater = min(p.lowWater, c.Committed())
+		p.lowWater = p.cursors[0].cursor.Committed()
+		for _, s := range p.cursors[1:] {
+			p.lowWater = min(p.lowWater, s.cursor.Committed())
 		}
 		if p.lowWater <= p.base {
 			return nil
 		}
 	}
 	rec := p.oldestLocked()
-	p.evictLocked()
+	p.evictLocked(rec)
 	p.stats.Reclaimed++
-	*rec = Record{Key: reusable(rec.Key), Value: reusable(rec.Value)}
+	recycle(rec)
 	return rec
+}
+
+// trimGrouplessLocked evicts the oldest record of a partition no group
+// reads, under any FullPolicy: nobody could make room, and a producer must
+// not wait for a reader that may never come. It counts the record in
+// Dropped and returns it for reuse, as reclaimLocked does.
+//
+// Nobody holds the record: a group's workers read only after subscribe
+// added its cursor, under mu, and from then on the partition trims no
+// more this way. For the same reason the plain slots of a partition that
+// otherwise only reclaims (see ring) stay safe: no reader reads the slot
+// the next append rewrites.
+func (p *Partition) trimGrouplessLocked() *Record {
+	rec := p.oldestLocked()
+	p.evictLocked(rec)
+	p.stats.Dropped++
+	recycle(rec)
+	return rec
+}
+
+// recycle empties rec for a producer to fill again, keeping its key and
+// value buffers when they are small enough (see Topic.NewRecord).
+func recycle(rec *Record) {
+	*rec = Record{Key: reusable(rec.Key), Value: reusable(rec.Value)}
 }
 
 // maxReusedBuffer bounds the key and value buffers a reclaimed record
@@ -605,9 +746,13 @@ func (p *Partition) expireLocked(now time.Time) {
 		return
 	}
 	cutoff := now.Add(-p.ret.MaxAge)
-	for p.size > 0 && p.oldestLocked().Created.Before(cutoff) {
+	for p.size > 0 {
+		rec := p.oldestLocked()
+		if !rec.Created.Before(cutoff) {
+			break
+		}
 		p.ring.store(p.base, nil) // no append may come to reuse the slot soon
-		p.evictLocked()
+		p.evictLocked(rec)
 		p.stats.Expired++
 	}
 	p.publishEarliestLocked()
@@ -615,16 +760,19 @@ func (p *Partition) expireLocked(now time.Time) {
 
 func (p *Partition) oldestLocked() *Record { return p.ring.load(p.base) }
 
-// evictLocked moves the start of the log past its oldest record. Readers
-// learn the new start from publishEarliestLocked. The slot is left as it is,
-// which saves a store per append to a cache line the readers share: reclaim
-// and drop evict to make room for the next append, and the log is full, so
-// that append's slot is this one, and it overwrites it. Until then no reader
-// takes the reclaimed record from it: a reader reads only below the end,
-// which the append moves past its slot after writing it, and at or past its
-// cursor, which is past a reclaimed record. (A dropped record may still be
-// read; it is immutable and never reused.)
-func (p *Partition) evictLocked() {
+// evictLocked moves the start of the log past its oldest record, rec.
+// Readers learn the new start from publishEarliestLocked. The slot is left
+// as it is, which saves a store per append to a cache line the readers
+// share: reclaim and drop evict to make room for the next append, and
+// without MaxBytes the log is full, so that append's slot is this one, and
+// it overwrites it. Until then no reader takes the reclaimed record from
+// it: a reader reads only below the end, which the append moves past its
+// slot after writing it, and at or past its cursor, which is past a
+// reclaimed record (and a trimmed one has no reader). A dropped record
+// may still be read; it is immutable and never reused. With MaxBytes,
+// roomLocked empties the slot.
+func (p *Partition) evictLocked(rec *Record) {
+	p.bytes -= recordBytes(rec)
 	p.size--
 	p.base++
 }
