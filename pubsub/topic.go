@@ -46,8 +46,10 @@ type topicOptionFunc func(*topicConfig)
 func (f topicOptionFunc) applyTopic(c *topicConfig) { f(c) }
 
 // WithPartitions sets the number of partitions, overriding the default of 1.
-// It is fixed for the topic's life; n < 1 is ErrInvalid. Partitions are the
-// unit of parallelism: each group runs one worker per partition.
+// It is fixed for the topic's life; n < 1 or n > MaxPartitions is
+// ErrInvalid, and so is a shape whose partitions × MaxMessages exceeds
+// MaxTopicMessages. Partitions are the unit of parallelism: each group runs
+// one worker per partition.
 func WithPartitions(n int) TopicOption {
 	return topicOptionFunc(func(c *topicConfig) { c.Partitions, c.partitionsSet = n, true })
 }

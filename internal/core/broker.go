@@ -107,20 +107,39 @@ func (b *Broker) State() State { return State(b.state.Load()) }
 
 // CreateTopic registers a new topic.
 func (b *Broker) CreateTopic(name string, cfg TopicConfig) (*Topic, error) {
+	// Refuse a taken name before building the topic, which can allocate a
+	// lot (see MaxTopicMessages), and again after: another call may have
+	// taken it meanwhile.
+	if err := b.creatable(name); err != nil {
+		return nil, err
+	}
 	t, err := newTopic(b, name, cfg)
 	if err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.State() != Running {
-		return nil, fmt.Errorf("%w: create topic %q", ErrClosed, name)
-	}
-	if _, ok := b.topics[name]; ok {
-		return nil, fmt.Errorf("%w: %q", ErrTopicExists, name)
+	if err := b.creatableLocked(name); err != nil {
+		return nil, err
 	}
 	b.topics[name] = t
 	return t, nil
+}
+
+func (b *Broker) creatable(name string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.creatableLocked(name)
+}
+
+func (b *Broker) creatableLocked(name string) error {
+	if b.State() != Running {
+		return ErrClosed
+	}
+	if _, ok := b.topics[name]; ok {
+		return fmt.Errorf("%w: %q", ErrTopicExists, name)
+	}
+	return nil
 }
 
 // Topic returns the topic called name.
