@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/logbus/logbus/internal/core"
+	"github.com/logbus/logbus/internal/engine"
 )
 
 // Broker owns topics, consumer groups and the goroutines that deliver to
@@ -14,7 +14,7 @@ import (
 //
 // A broker must be closed with Close to stop its goroutines.
 type Broker struct {
-	eng engine
+	eng engine.Engine
 	err error // an invalid BrokerOption, reported by NewTopic
 
 	closeMu  sync.Mutex
@@ -23,11 +23,16 @@ type Broker struct {
 
 // BrokerOption configures a Broker. Options only record; NewBroker checks
 // them all at once.
-type BrokerOption interface{ applyBroker(*core.Config) }
+type BrokerOption interface{ applyBroker(*brokerConfig) }
 
-type brokerOptionFunc func(*core.Config)
+type brokerConfig struct {
+	engine.Config
+	engine Engine
+}
 
-func (f brokerOptionFunc) applyBroker(c *core.Config) { f(c) }
+type brokerOptionFunc func(*brokerConfig)
+
+func (f brokerOptionFunc) applyBroker(c *brokerConfig) { f(c) }
 
 // Clock reads the current time. The broker stamps records with it
 // (Message.Created), trims by age with it (Retention.MaxAge) and dates dead
@@ -49,7 +54,7 @@ type Clock interface{ Now() time.Time }
 // record's age against time.Now itself. Give WithClock a Clock that calls
 // time.Now for timestamps exact to the nanosecond.
 func WithClock(c Clock) BrokerOption {
-	return brokerOptionFunc(func(cfg *core.Config) { cfg.Clock = c })
+	return brokerOptionFunc(func(cfg *brokerConfig) { cfg.Clock = c })
 }
 
 // IDSource hands out Message IDs. NextID is called once per publish, from
@@ -62,7 +67,7 @@ type IDSource interface{ NextID() string }
 // ("3f9a0c1d2e4b-1-0-17"). Default IDs are unique in the process and cost
 // the producer nothing; an IDSource is called on every publish.
 func WithIDs(ids IDSource) BrokerOption {
-	return brokerOptionFunc(func(cfg *core.Config) { cfg.IDs = ids })
+	return brokerOptionFunc(func(cfg *brokerConfig) { cfg.IDs = ids })
 }
 
 // RetryPolicy says how often a failing delivery is retried and how long the
@@ -84,26 +89,30 @@ type RetryPolicy struct {
 	MaxDelay time.Duration
 }
 
-func (p RetryPolicy) core() core.RetryPolicy { return core.RetryPolicy(p) }
+func (p RetryPolicy) engine() engine.RetryPolicy { return engine.RetryPolicy(p) }
 
 // WithRetry sets the retry policy of every group, overriding the default
 // (3 attempts, 10ms doubling up to 1s). A group can override it with
 // WithGroupRetry.
 func WithRetry(p RetryPolicy) BrokerOption {
-	return brokerOptionFunc(func(cfg *core.Config) { cfg.Retry = p.core() })
+	return brokerOptionFunc(func(cfg *brokerConfig) { cfg.Retry = p.engine() })
 }
 
 // NewBroker returns a running broker. An invalid option (a negative retry
 // count, say) does not panic: Err reports it, and so does every NewTopic
 // call, wrapping ErrInvalid.
 func NewBroker(opts ...BrokerOption) *Broker {
-	var cfg core.Config
+	var cfg brokerConfig
 	for _, o := range opts {
 		o.applyBroker(&cfg)
 	}
-	eng, err := core.NewBroker(cfg)
+	eng, err := cfg.open()
 	if err != nil {
-		eng, _ = core.NewBroker(core.Config{Clock: cfg.Clock, IDs: cfg.IDs})
+		// A broker all the same, so that its methods work; NewTopic
+		// reports err.
+		if eng == nil {
+			eng, _ = InMemory().Open(engine.Config{})
+		}
 		err = fail(err, "new broker")
 	}
 	return &Broker{eng: eng, err: err}
@@ -135,7 +144,7 @@ const (
 	Stopped
 )
 
-func (s State) String() string { return core.State(s).String() }
+func (s State) String() string { return engine.State(s).String() }
 
 // State returns the broker's lifecycle stage. It panics with a message
 // that says so on a Broker that NewBroker did not make.
@@ -218,7 +227,7 @@ func (b *Broker) Lag(group, topic string) (int64, error) {
 	if err := b.check(context.Background()); err != nil {
 		return 0, fail(err, "lag of group %q on topic %q", group, topic)
 	}
-	g, err := b.eng.Group(group, topic)
+	g, err := b.eng.Group(context.Background(), topic, group)
 	if err != nil {
 		return 0, fail(err, "lag of group %q on topic %q", group, topic)
 	}
@@ -233,9 +242,9 @@ func (b *Broker) Replay(ctx context.Context, group, topic string, from Start) er
 	if err := b.check(ctx); err != nil {
 		return fail(err, "replay group %q on topic %q", group, topic)
 	}
-	g, err := b.eng.Group(group, topic)
+	g, err := b.eng.Group(ctx, topic, group)
 	if err != nil {
 		return fail(err, "replay group %q on topic %q", group, topic)
 	}
-	return fail(g.Replay(ctx, from.core), "replay group %q on topic %q from %v", group, topic, from)
+	return fail(g.Replay(ctx, from.spec), "replay group %q on topic %q from %v", group, topic, from)
 }

@@ -1,68 +1,56 @@
 package pubsub
 
 import (
-	"context"
+	"fmt"
 
 	"github.com/logbus/logbus/internal/core"
+	"github.com/logbus/logbus/internal/engine"
 )
 
-// The boundary between the typed API and the engine.
-//
-// Everything in this package is a typed facade: values are encoded on publish
-// and decoded once per delivery, and the log itself (partitions, offsets,
-// groups, workers) lives in the engine, which knows only bytes. The facade
-// uses the engine through exactly the methods listed below and nothing else,
-// so a second engine (a distributed one) can be put behind the same typed
-// API by implementing them. Keep this list short: add to it only what cannot
-// be built from what is here.
-//
-// Config and result types (core.TopicConfig, core.GroupConfig,
-// core.GroupStats, core.DeadLetter, core.PartitionStats, core.Start) are
-// plain data and cross the boundary by value. A core.Record is read through
-// its exported fields and its Topic, Partition and ID methods; the facade
-// writes only a record NewRecord gave it, and only its Key, Value and
-// Headers, before handing it to PublishRecord or PublishBatch. The sentinel
-// errors and the partitioners are the engine's own values, re-exported
-// (errors.go, topic.go): a second engine must return and accept the same
-// ones. The engine's ShutdownError and PanicError are turned into pubsub's
-// own types on the way out (fail, Group.DeadLetters). The only
-// engine-specific signal a handler sends back is core.ErrAbandoned (and
-// core.ErrNotDelivered, for a delivery taken back after its revoked channel
-// closed), from Stream.
-type (
-	engine interface {
-		CreateTopic(name string, cfg core.TopicConfig) (*core.Topic, error)
-		Subscribe(topic, group, consumer string, h core.Handler, onLeave func(), cfg core.GroupConfig) (*core.Group, error)
-		Group(name, topic string) (*core.Group, error)
-		Drain(ctx context.Context) error
-		Close(ctx context.Context) error
-		State() core.State
-	}
-	engineTopic interface {
-		Name() string
-		Partitions() int
-		NewRecord() *core.Record
-		PublishRecord(ctx context.Context, rec *core.Record) (core.Position, error)
-		PublishBatch(ctx context.Context, n int, fill func(i int, rec *core.Record) error, landed func(i int, pos core.Position)) (int, error)
-		Stats() []core.PartitionStats
-	}
-	engineGroup interface {
-		Name() string
-		Leave(ctx context.Context, consumer string) error
-		Assignment() map[string][]int
-		Pause(ctx context.Context) error
-		Resume()
-		Seek(ctx context.Context, partition int, offset int64) error
-		Replay(ctx context.Context, from core.Start) error
-		Committed(partition int) int64
-		Lag() int64
-		Stats() core.GroupStats
-		DeadLetters() []core.DeadLetter
-	}
-)
+// An Engine stores a Broker's topics and delivers their records: the typed
+// API (codecs, routing, Message, Stream) is the same over every engine. The
+// in-memory log is the default (InMemory); other engines live in modules of
+// their own. Its method is for NewBroker, not for users.
+type Engine interface {
+	// Open starts the engine with the broker's configuration (its clock,
+	// its IDs, its retry policy). NewBroker calls it once.
+	Open(cfg engine.Config) (engine.Engine, error)
+}
 
-var (
-	_ engine      = (*core.Broker)(nil)
-	_ engineTopic = (*core.Topic)(nil)
-	_ engineGroup = (*core.Group)(nil)
-)
+// WithEngine sets the engine, overriding InMemory. An option the engine
+// cannot honour (WithClock or WithIDs on an engine that keeps its own
+// time or names) makes NewTopic fail with ErrInvalid, never silently
+// behave otherwise.
+func WithEngine(e Engine) BrokerOption {
+	return brokerOptionFunc(func(c *brokerConfig) { c.engine = e })
+}
+
+// InMemory is the default engine: the log lives in this process's memory,
+// every promise of the package documentation holds exactly, and nothing
+// survives the process.
+func InMemory() Engine { return inMemory{} }
+
+type inMemory struct{}
+
+func (inMemory) Open(cfg engine.Config) (engine.Engine, error) { return core.NewEngine(cfg) }
+
+// open starts the engine cfg names, or the default, and checks that it
+// keeps the promises the options ask for.
+func (c brokerConfig) open() (engine.Engine, error) {
+	e := c.engine
+	if e == nil {
+		e = InMemory()
+	}
+	eng, err := e.Open(c.Config)
+	if err != nil {
+		return nil, err
+	}
+	caps := eng.Capabilities()
+	switch {
+	case c.Clock != nil && !caps.Has(engine.InjectedClock):
+		err = fmt.Errorf("%w: WithClock: the engine keeps its own time", ErrInvalid)
+	case c.IDs != nil && !caps.Has(engine.CustomIDs):
+		err = fmt.Errorf("%w: WithIDs: the engine names its records itself", ErrInvalid)
+	}
+	return eng, err
+}

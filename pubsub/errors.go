@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/logbus/logbus/internal/core"
+	"github.com/logbus/logbus/internal/engine"
 )
 
 // The sentinel errors. Every error a pubsub call returns wraps one of them
@@ -14,39 +14,39 @@ import (
 // group, partition or offset it concerns.
 var (
 	// ErrTopicExists is returned by NewTopic for a name already taken.
-	ErrTopicExists = core.ErrTopicExists
+	ErrTopicExists = engine.ErrTopicExists
 	// ErrTopicNotFound is returned for a topic name that was never created
 	// (Broker.Lag, Broker.Replay).
-	ErrTopicNotFound = core.ErrTopicNotFound
+	ErrTopicNotFound = engine.ErrTopicNotFound
 	// ErrClosed is returned by Publish, NewTopic, Subscribe, Stream, Leave,
 	// Seek and Replay once Close has begun.
-	ErrClosed = core.ErrClosed
+	ErrClosed = engine.ErrClosed
 	// ErrBackpressure is returned by Publish when a Block partition stayed
 	// full for the whole BlockTimeout. Nothing was appended. The message
 	// names the group holding the oldest record.
-	ErrBackpressure = core.ErrBackpressure
+	ErrBackpressure = engine.ErrBackpressure
 	// ErrOffsetOutOfRange is returned by Seek for an offset below the earliest
 	// retained record or past the end of the partition.
-	ErrOffsetOutOfRange = core.ErrOffsetOutOfRange
+	ErrOffsetOutOfRange = engine.ErrOffsetOutOfRange
 	// ErrSubscription is returned for an empty group or consumer name, a
 	// duplicate consumer, a nil handler, options that differ from those of
 	// the group being joined, or an unknown group or consumer.
-	ErrSubscription = core.ErrSubscription
+	ErrSubscription = engine.ErrSubscription
 	// ErrInvalid is returned for an impossible configuration value or
 	// argument: a partition count below 1 or above MaxPartitions, a negative
 	// bound, a negative retry count, a nil codec, context or broker, a
 	// partition that does not exist, a value or key its codec cannot encode.
-	ErrInvalid = core.ErrInvalid
+	ErrInvalid = engine.ErrInvalid
 	// ErrStalled is returned by Drain, and wrapped by Close's
 	// ShutdownError, when a group with lag cannot make progress: it is
 	// paused, or has no consumers. The message names the groups.
-	ErrStalled = core.ErrStalled
+	ErrStalled = engine.ErrStalled
 	// ErrPermanent is for handlers to wrap when retrying cannot help:
 	//
 	//	return fmt.Errorf("order %s: unknown currency: %w", id, pubsub.ErrPermanent)
 	//
 	// The record is dead-lettered after that one attempt.
-	ErrPermanent = core.ErrPermanent
+	ErrPermanent = engine.ErrPermanent
 )
 
 // DecodeError is the error of a dead letter whose value the topic's codec
@@ -138,7 +138,7 @@ func fail(err error, format string, args ...any) error {
 	if err == nil {
 		return nil
 	}
-	if se, ok := errors.AsType[*core.ShutdownError](err); ok {
+	if se, ok := errors.AsType[*engine.ShutdownError](err); ok {
 		out := &ShutdownError{Err: se.Err, Unfinished: make([]Unfinished, len(se.Unfinished))}
 		for i, u := range se.Unfinished {
 			out.Unfinished[i] = Unfinished(u)

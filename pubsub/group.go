@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/codec"
-	"github.com/logbus/logbus/internal/core"
+	"github.com/logbus/logbus/internal/engine"
 )
 
 // Handler processes the messages of one consumer. Returning nil acks the
@@ -58,21 +58,21 @@ type Message[V any] struct {
 	Attempt   int       // 1 on the first delivery to this group; counts up on redelivery
 }
 
-// handOver calls handle with the Message of rec, whose value is value.
+// handOver calls handle with the Message of d, whose value is value.
 // keys, when not nil, is where its key is copied to. The Message is built
 // in the call's arguments rather than returned by a constructor: it is 136
 // bytes, and a constructor costs a copy of it per delivery.
-func handOver[V any](ctx context.Context, handle func(context.Context, Message[V]) error, rec *core.Record, value V, attempt int, keys *keyArena) error {
+func handOver[V any](ctx context.Context, handle func(context.Context, Message[V]) error, d *engine.Delivery, value V, keys *keyArena) error {
 	return handle(ctx, Message[V]{
-		ID:        rec.ID(),
-		Topic:     rec.Topic(),
-		Partition: rec.Partition(),
-		Offset:    rec.Offset,
-		Key:       keys.clone(rec.Key), // the record is shared by every group
+		ID:        d.ID,
+		Topic:     d.Topic,
+		Partition: d.Partition,
+		Offset:    d.Record.Offset,
+		Key:       keys.clone(d.Record.Key), // the record is shared by every group
 		Value:     value,
-		Headers:   maps.Clone(rec.Headers),
-		Created:   rec.Created,
-		Attempt:   attempt,
+		Headers:   maps.Clone(d.Record.Headers),
+		Created:   d.Record.Created,
+		Attempt:   d.Attempt,
 	})
 }
 
@@ -80,28 +80,28 @@ func handOver[V any](ctx context.Context, handle func(context.Context, Message[V
 // group's configuration is fixed by the call that created it: joining an
 // existing group with options that differ from its own is an error wrapping
 // ErrSubscription, so two replicas of a service cannot disagree silently.
-type SubscribeOption interface{ applySubscribe(*core.GroupConfig) }
+type SubscribeOption interface{ applySubscribe(*engine.GroupSpec) }
 
-type subscribeOptionFunc func(*core.GroupConfig)
+type subscribeOptionFunc func(*engine.GroupSpec)
 
-func (f subscribeOptionFunc) applySubscribe(c *core.GroupConfig) { f(c) }
+func (f subscribeOptionFunc) applySubscribe(c *engine.GroupSpec) { f(c) }
 
 // WithGroupRetry sets this group's retry policy, overriding the broker's
 // (WithRetry).
 func WithGroupRetry(p RetryPolicy) SubscribeOption {
-	return subscribeOptionFunc(func(c *core.GroupConfig) { c.Retry = p.core() })
+	return subscribeOptionFunc(func(c *engine.GroupSpec) { c.Retry = p.engine() })
 }
 
 // WithDeadLetterLimit sets how many dead letters the group keeps, overriding
 // the default of 1024. When full, the oldest is evicted and counted in
 // GroupStats.DeadLettersEvicted. Negative is ErrInvalid.
 func WithDeadLetterLimit(n int) SubscribeOption {
-	return subscribeOptionFunc(func(c *core.GroupConfig) { c.DeadLetterLimit = n })
+	return subscribeOptionFunc(func(c *engine.GroupSpec) { c.DeadLetterLimit = n })
 }
 
 // Start says where a group reads from in every partition: Earliest,
 // Latest, AtOffset or AtTime. The zero Start is Earliest.
-type Start struct{ core core.Start }
+type Start struct{ spec engine.Start }
 
 // Earliest starts at the oldest retained record. It is where a new group
 // starts by default.
@@ -109,22 +109,22 @@ func Earliest() Start { return Start{} }
 
 // Latest starts at the end of each partition: only records published after
 // the group started (or replayed) are delivered.
-func Latest() Start { return Start{core.Start{Kind: core.StartLatest}} }
+func Latest() Start { return Start{engine.Start{Kind: engine.StartLatest}} }
 
 // AtOffset starts at offset in every partition, clamped to the records
 // retained: below the earliest retained record it starts there, past the
 // end at the end. A negative offset is ErrInvalid.
 func AtOffset(offset int64) Start {
-	return Start{core.Start{Kind: core.StartOffset, Offset: offset}}
+	return Start{engine.Start{Kind: engine.StartOffset, Offset: offset}}
 }
 
 // AtTime starts, in every partition, at the first retained record whose
 // Created is at or after t (by the broker's Clock), or at the end when
 // there is none.
-func AtTime(t time.Time) Start { return Start{core.Start{Kind: core.StartTime, Time: t}} }
+func AtTime(t time.Time) Start { return Start{engine.Start{Kind: engine.StartTime, Time: t}} }
 
 // String describes s: "earliest", "latest", "offset 12", "time 2026-…".
-func (s Start) String() string { return s.core.String() }
+func (s Start) String() string { return s.spec.String() }
 
 // StartAt sets where a group created by this Subscribe or Stream begins,
 // overriding Earliest. It is applied when the group is created, before any
@@ -132,7 +132,7 @@ func (s Start) String() string { return s.core.String() }
 // counts as an option of the group: joining the group later with another
 // Start is ErrSubscription.
 func StartAt(s Start) SubscribeOption {
-	return subscribeOptionFunc(func(c *core.GroupConfig) { c.Start = s.core })
+	return subscribeOptionFunc(func(c *engine.GroupSpec) { c.Start = s.spec })
 }
 
 // Subscribe adds consumer to group, creating the group on first use, and
@@ -160,36 +160,35 @@ func (t *Topic[K, V]) Subscribe(group, consumer string, h Handler[V], opts ...Su
 
 // deliverer is what a consumer does with one decoded message: a Handler's
 // Handle, or a Stream's hand-over. revoked is closed when the group wants
-// the partition back (see core.Handler).
+// the partition back (see engine.Delivery).
 type deliverer[V any] func(ctx context.Context, msg Message[V], revoked <-chan struct{}) error
 
 // join subscribes handle (which sees only decoded values) as consumer;
 // deliver, when not nil, stands in for handle (a Stream), and onLeave is
 // called once the consumer left and its workers exited.
 func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, Message[V]) error, deliver deliverer[V], onLeave func(), opts []SubscribeOption) (*Group[V], error) {
-	var cfg core.GroupConfig
+	var cfg engine.GroupSpec
 	for _, o := range opts {
 		o.applySubscribe(&cfg)
 	}
-	var h core.Handler
+	var h engine.Handler
 	if handle != nil || deliver != nil {
-		// One arena per partition: a partition is served by one worker at a
-		// time, and a worker exits before the next one starts, so each
-		// arena has one user at a time.
+		// One arena per partition: a partition is served by one delivery at
+		// a time, so each arena has one user at a time.
 		keys := make([]keyArena, t.Partitions())
-		h = func(ctx context.Context, rec *core.Record, attempt int, revoked <-chan struct{}) error {
-			v, err := t.values.Decode(rec.Value)
+		h = func(ctx context.Context, d *engine.Delivery) error {
+			v, err := t.values.Decode(d.Record.Value)
 			if err != nil {
-				return &DecodeError{Topic: rec.Topic(), Partition: rec.Partition(), Offset: rec.Offset, Err: err}
+				return &DecodeError{Topic: d.Topic, Partition: d.Partition, Offset: d.Record.Offset, Err: err}
 			}
 			if deliver != nil {
-				return handOver(ctx, func(ctx context.Context, m Message[V]) error { return deliver(ctx, m, revoked) },
-					rec, v, attempt, &keys[rec.Partition()])
+				return handOver(ctx, func(ctx context.Context, m Message[V]) error { return deliver(ctx, m, d.Revoked) },
+					d, v, &keys[d.Partition])
 			}
-			return handOver(ctx, handle, rec, v, attempt, &keys[rec.Partition()])
+			return handOver(ctx, handle, d, v, &keys[d.Partition])
 		}
 	}
-	g, err := t.b.eng.Subscribe(t.Name(), group, consumer, h, onLeave, cfg)
+	g, err := t.b.eng.Subscribe(context.Background(), t.Name(), group, consumer, h, onLeave, cfg)
 	if err != nil {
 		return nil, fail(err, "subscribe %q to group %q", consumer, group)
 	}
@@ -220,7 +219,7 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 // Resume do nothing, and the methods that only read (Assignment,
 // Committed, Lag, Stats, DeadLetters) keep working.
 type Group[V any] struct {
-	eng    engineGroup
+	eng    engine.Group
 	values codec.Codec[V]
 }
 
@@ -257,15 +256,15 @@ func (g *Group[V]) Pause(ctx context.Context) error {
 	return fail(g.eng.Pause(ctx), "pause group %q", g.Name())
 }
 
-// Resume restarts deliveries from the committed offsets. It does not wait:
-// a partition whose delivery from before the pause is still in flight
-// restarts when it ends. ctx is checked only for nil.
+// Resume restarts deliveries from the committed offsets. The in-memory
+// engine does not wait (ctx bounds engines that must reach a server): a
+// partition whose delivery from before the pause is still in flight
+// restarts when it ends.
 func (g *Group[V]) Resume(ctx context.Context) error {
 	if ctx == nil {
 		return fail(errNilContext, "resume group %q", g.Name())
 	}
-	g.eng.Resume()
-	return nil
+	return fail(g.eng.Resume(ctx), "resume group %q", g.Name())
 }
 
 // Seek moves the group's offset on one partition. offset must lie between
@@ -291,7 +290,7 @@ func (g *Group[V]) Replay(ctx context.Context, from Start) error {
 	if ctx == nil {
 		return fail(errNilContext, "replay group %q", g.Name())
 	}
-	return fail(g.eng.Replay(ctx, from.core), "replay group %q from %v", g.Name(), from)
+	return fail(g.eng.Replay(ctx, from.spec), "replay group %q from %v", g.Name(), from)
 }
 
 // Committed returns the next offset the group will read from partition, or
@@ -335,15 +334,16 @@ func (g *Group[V]) DeadLetters() []DeadLetter[V] {
 		// letter's, which the next call decodes again.
 		v, _ := g.values.Decode(bytes.Clone(l.Record.Value))
 		err := l.Err
-		if pe, ok := err.(*core.PanicError); ok { // the worker recovered a handler's panic
+		if pe, ok := err.(*engine.PanicError); ok { // the engine recovered a handler's panic
 			err = &PanicError{Value: pe.Value, Stack: pe.Stack}
 		}
 		out[i] = DeadLetter[V]{Attempts: l.Attempts, Err: err, FailedAt: l.FailedAt}
 		// The Message a handler was given, built by the same code.
+		d := &engine.Delivery{Topic: l.Topic, Partition: l.Partition, ID: l.ID, Record: l.Record, Attempt: l.Attempts}
 		_ = handOver(context.Background(), func(_ context.Context, m Message[V]) error {
 			out[i].Message = m
 			return nil
-		}, l.Record, v, l.Attempts, nil)
+		}, d, v, nil)
 	}
 	return out
 }

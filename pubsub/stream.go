@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/logbus/logbus/internal/core"
+	"github.com/logbus/logbus/internal/engine"
 )
 
 // Stream is a consumer whose messages arrive on a channel instead of through
@@ -87,11 +87,11 @@ func (t *Topic[K, V]) Stream(group, consumer string, opts ...SubscribeOption) (*
 		select {
 		case s.ch <- d:
 		case <-revoked: // the group wants the partition back and nobody took d
-			return core.ErrNotDelivered
+			return engine.ErrNotDelivered
 		case <-s.done:
-			return core.ErrNotDelivered
+			return engine.ErrNotDelivered
 		case <-ctx.Done():
-			return core.ErrNotDelivered
+			return engine.ErrNotDelivered
 		}
 		select {
 		case err := <-d.outcome:
@@ -100,7 +100,7 @@ func (t *Topic[K, V]) Stream(group, consumer string, opts ...SubscribeOption) (*
 		case <-ctx.Done():
 		}
 		if d.state.CompareAndSwap(pending, abandoned) {
-			return core.ErrAbandoned
+			return engine.ErrAbandoned
 		}
 		return <-d.outcome // settled first: its outcome is on the way, and stands
 	}

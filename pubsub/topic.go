@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
 	"github.com/logbus/logbus/codec"
-	"github.com/logbus/logbus/internal/core"
+	"github.com/logbus/logbus/internal/engine"
 )
 
 // Topic is a named log of records with keys of type K and values of type V,
@@ -18,10 +19,12 @@ import (
 // Broker.Close, Publish, Subscribe and Stream fail with ErrClosed; Stats and
 // Offsets keep working.
 type Topic[K, V any] struct {
-	b      *Broker
-	eng    engineTopic
-	keys   codec.Codec[K]
-	values codec.Codec[V]
+	b           *Broker
+	eng         engine.Topic
+	keys        codec.Codec[K]
+	values      codec.Codec[V]
+	partitioner Partitioner
+	maxBytes    int64 // Retention.MaxBytes: a record larger fails before anything is appended
 
 	// The codecs again when they can append: then records are encoded into
 	// the buffers of records the engine reclaimed. See encodeKey.
@@ -37,8 +40,9 @@ type Topic[K, V any] struct {
 type TopicOption interface{ applyTopic(*topicConfig) }
 
 type topicConfig struct {
-	core.TopicConfig
+	engine.TopicSpec
 	partitionsSet bool
+	partitioner   Partitioner
 }
 
 type topicOptionFunc func(*topicConfig)
@@ -71,7 +75,7 @@ const (
 	DropOldest
 )
 
-func (f FullPolicy) String() string { return core.FullPolicy(f).String() }
+func (f FullPolicy) String() string { return engine.FullPolicy(f).String() }
 
 // Retention bounds each partition of a topic. Zero fields mean the defaults.
 //
@@ -139,48 +143,21 @@ type Retention struct {
 const (
 	// MaxPartitions is the most partitions a topic may have
 	// (WithPartitions): far more than any machine has cores to run.
-	MaxPartitions = core.MaxPartitions
+	MaxPartitions = engine.MaxPartitions
 	// MaxTopicMessages bounds partitions × Retention.MaxMessages, the
 	// records a topic may retain at most, and so MaxMessages itself: 16 Mi
 	// slots, 128 MiB allocated by NewTopic.
-	MaxTopicMessages = core.MaxTopicMessages
+	MaxTopicMessages = engine.MaxTopicMessages
 )
 
 // WithRetention sets the retention of every partition, overriding the
 // defaults field by field (a zero field keeps its default).
 func WithRetention(r Retention) TopicOption {
 	return topicOptionFunc(func(c *topicConfig) {
-		c.Retention = core.Retention{MaxMessages: r.MaxMessages, MaxAge: r.MaxAge,
-			OnFull: core.FullPolicy(r.OnFull), BlockTimeout: r.BlockTimeout, MaxBytes: r.MaxBytes}
+		c.Retention = engine.Retention{MaxMessages: r.MaxMessages, MaxAge: r.MaxAge,
+			OnFull: engine.FullPolicy(r.OnFull), BlockTimeout: r.BlockTimeout, MaxBytes: r.MaxBytes}
 	})
 }
-
-// Partitioner picks a record's partition from its encoded key (nil for a
-// keyless record). Partition is called from every publishing goroutine at
-// once and must return a value in [0, partitions); anything else fails the
-// publish with ErrInvalid.
-type Partitioner interface {
-	Partition(key []byte, partitions int) int
-}
-
-// WithPartitioner sets the partitioner, overriding KeyHash.
-func WithPartitioner(p Partitioner) TopicOption {
-	return topicOptionFunc(func(c *topicConfig) { c.Partitioner = p })
-}
-
-// KeyHash sends a keyed record to CRC-32 (IEEE) of its encoded key mod the
-// partition count, the same in every process and release, and spreads
-// keyless records round robin. It is the default.
-func KeyHash() Partitioner { return core.KeyHash() }
-
-// RoundRobin spreads records evenly over the partitions and ignores keys, so
-// records with equal keys are no longer ordered relative to each other.
-func RoundRobin() Partitioner { return core.RoundRobin() }
-
-// Sticky hashes keyed records like KeyHash and sends keyless records to one
-// partition until batch of them went there, then moves to the next.
-// batch < 1 is treated as 1.
-func Sticky(batch int) Partitioner { return core.Sticky(batch) }
 
 // NewTopic creates the topic name on b, with a codec for its keys and one for
 // its values. K and V are inferred from the codecs:
@@ -208,11 +185,15 @@ func NewTopic[K, V any](b *Broker, name string, keys codec.Codec[K], values code
 	if cfg.partitionsSet && cfg.Partitions < 1 {
 		return nil, fail(fmt.Errorf("%w: %d partitions, want at least 1", ErrInvalid, cfg.Partitions), "new topic %q", name)
 	}
-	t, err := b.eng.CreateTopic(name, cfg.TopicConfig)
+	if cfg.partitioner == nil {
+		cfg.partitioner = KeyHash()
+	}
+	t, err := b.eng.CreateTopic(context.Background(), name, cfg.TopicSpec)
 	if err != nil {
 		return nil, fail(err, "new topic %q", name)
 	}
-	topic := &Topic[K, V]{b: b, eng: t, keys: keys, values: values, groups: make(map[string]*Group[V])}
+	topic := &Topic[K, V]{b: b, eng: t, keys: keys, values: values, partitioner: cfg.partitioner,
+		maxBytes: cfg.Retention.MaxBytes, groups: make(map[string]*Group[V])}
 	topic.keyAppender, _ = keys.(codec.Appender[K])
 	topic.valueAppender, _ = values.(codec.Appender[V])
 	return topic, nil
@@ -272,8 +253,9 @@ func (t *Topic[K, V]) PublishValue(ctx context.Context, value V, opts ...Publish
 	return t.publish(ctx, rec, value, opts)
 }
 
-// publish encodes value into rec, whose key is set, and publishes it.
-func (t *Topic[K, V]) publish(ctx context.Context, rec *core.Record, value V, opts []PublishOption) (Position, error) {
+// publish encodes value into rec, whose key is set, routes it and
+// publishes it.
+func (t *Topic[K, V]) publish(ctx context.Context, rec *engine.Record, value V, opts []PublishOption) (Position, error) {
 	if err := t.encodeValue(rec, value); err != nil {
 		return Position{}, fail(err, "publish to topic %q", t.Name())
 	}
@@ -281,18 +263,37 @@ func (t *Topic[K, V]) publish(ctx context.Context, rec *core.Record, value V, op
 		return Position{}, fail(errNilContext, "publish to topic %q", t.Name())
 	}
 	if len(opts) > 0 {
-		rec.Headers = applyPublishOptions(opts).headers
+		rec.Headers = maps.Clone(applyPublishOptions(opts).headers)
 	}
-	pos, err := t.eng.PublishRecord(ctx, rec)
+	p, err := t.route(rec)
 	if err != nil {
 		return Position{}, fail(err, "publish to topic %q", t.Name())
 	}
-	return Position(pos), nil
+	offset, err := t.eng.AppendOne(ctx, p, rec)
+	if err != nil {
+		return Position{}, fail(err, "publish to topic %q", t.Name())
+	}
+	return Position{Partition: p, Offset: offset}, nil
+}
+
+// route picks rec's partition and checks that rec can be stored there at
+// all: here, above the engine, so that every engine routes a key alike.
+func (t *Topic[K, V]) route(rec *engine.Record) (int, error) {
+	n := t.eng.Partitions()
+	p := t.partitioner.Partition(rec.Key, n)
+	if p < 0 || p >= n {
+		return 0, fmt.Errorf("%w: partitioner chose partition %d of %d", ErrInvalid, p, n)
+	}
+	if size := int64(len(rec.Key) + len(rec.Value)); t.maxBytes > 0 && size > t.maxBytes {
+		return 0, fmt.Errorf("%w: partition %d: a record of %d bytes (key %d + value %d) can never fit in MaxBytes %d",
+			ErrInvalid, p, size, len(rec.Key), len(rec.Value), t.maxBytes)
+	}
+	return p, nil
 }
 
 // encodeKey puts the encoding of key in rec, a record from the engine's
 // NewRecord.
-func (t *Topic[K, V]) encodeKey(rec *core.Record, key K) error {
+func (t *Topic[K, V]) encodeKey(rec *engine.Record, key K) error {
 	if err := encodeInto(&rec.Key, t.keys, t.keyAppender, key); err != nil {
 		return fmt.Errorf("%w: encode key: %w", ErrInvalid, err)
 	}
@@ -304,7 +305,7 @@ func (t *Topic[K, V]) encodeKey(rec *core.Record, key K) error {
 
 // encodeValue puts the encoding of value in rec, a record from the engine's
 // NewRecord.
-func (t *Topic[K, V]) encodeValue(rec *core.Record, value V) error {
+func (t *Topic[K, V]) encodeValue(rec *engine.Record, value V) error {
 	if err := encodeInto(&rec.Value, t.values, t.valueAppender, value); err != nil {
 		return fmt.Errorf("%w: encode value: %w", ErrInvalid, err)
 	}
@@ -337,9 +338,9 @@ type Entry[K, V any] struct {
 // those are not in the log, and can be published again). Records with
 // equal keys keep their batch order, as with Publish.
 //
-// A batch costs the producer less than as many Publish calls: the clock is
-// read once, so every record of the batch has the same Created, and each run of
-// consecutive records bound for one partition is appended under one lock,
+// A batch costs the producer less than as many Publish calls: each run of
+// consecutive records bound for one partition is appended in one step,
+// under one lock and with one clock reading (its records share Created),
 // waking the partition's readers once. Another producer's records may land
 // between two runs.
 //
@@ -349,7 +350,7 @@ type Entry[K, V any] struct {
 // BlockTimeout and never past ctx. After Close began it fails with
 // ErrClosed.
 func (t *Topic[K, V]) PublishBatch(ctx context.Context, entries []Entry[K, V]) ([]Position, error) {
-	return t.publishBatch(ctx, len(entries), func(i int, rec *core.Record) error {
+	return t.publishBatch(ctx, len(entries), func(i int, rec *engine.Record) error {
 		e := entries[i]
 		err := t.encodeKey(rec, e.Key)
 		if err == nil {
@@ -363,26 +364,51 @@ func (t *Topic[K, V]) PublishBatch(ctx context.Context, entries []Entry[K, V]) (
 // PublishValues is PublishBatch for keyless records, spread by the
 // partitioner as PublishValue's are.
 func (t *Topic[K, V]) PublishValues(ctx context.Context, values []V) ([]Position, error) {
-	return t.publishBatch(ctx, len(values), func(i int, rec *core.Record) error {
+	return t.publishBatch(ctx, len(values), func(i int, rec *engine.Record) error {
 		rec.Key = nil // keyless
 		return t.encodeValue(rec, values[i])
 	})
 }
 
 // publishBatch hands the engine n records, which encode(i, rec) fills with
-// entry i.
-func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int, rec *core.Record) error) ([]Position, error) {
+// entry i: all encoded and routed first, then appended run by run, a run
+// being consecutive records bound for one partition.
+func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int, rec *engine.Record) error) ([]Position, error) {
 	if ctx == nil {
 		return nil, fail(errNilContext, "publish batch to topic %q", t.Name())
 	}
+	recs := make([]*engine.Record, n)
 	positions := make([]Position, n)
-	stored, err := t.eng.PublishBatch(ctx, n, func(i int, rec *core.Record) error {
+	offsets := make([]int64, n)
+	for i := range recs {
+		rec := t.eng.NewRecord()
+		recs[i] = rec
 		if err := encode(i, rec); err != nil {
-			return fmt.Errorf("entry %d: %w", i, err)
+			return nil, fail(fmt.Errorf("entry %d: %w", i, err), "publish batch to topic %q", t.Name())
 		}
-		return nil
-	}, func(i int, pos core.Position) { positions[i] = Position(pos) })
-	return positions[:stored], fail(err, "publish batch to topic %q", t.Name())
+		p, err := t.route(rec)
+		if err != nil {
+			return nil, fail(fmt.Errorf("entry %d: %w", i, err), "publish batch to topic %q", t.Name())
+		}
+		rec.Headers = maps.Clone(rec.Headers)
+		positions[i].Partition = p
+	}
+	for start := 0; start < n; {
+		p := positions[start].Partition
+		end := start + 1
+		for end < n && positions[end].Partition == p {
+			end++
+		}
+		stored, err := t.eng.Append(ctx, p, recs[start:end], offsets[start:end])
+		for i := start; i < start+stored; i++ {
+			positions[i].Offset = offsets[i]
+		}
+		if err != nil {
+			return positions[:start+stored], fail(err, "publish batch to topic %q", t.Name())
+		}
+		start = end
+	}
+	return positions, nil
 }
 
 // applyPublishOptions is apart from publish so that the config, which the

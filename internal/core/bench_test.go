@@ -26,15 +26,15 @@ func benchBroker(b *testing.B, partitions, groups int) (*Broker, *Topic, *atomic
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { br.Close(context.Background()) })
-	topic, err := br.CreateTopic("bench", TopicConfig{Partitions: partitions,
+	topic, err := br.CreateTopic("bench", TopicSpec{Partitions: partitions,
 		Retention: Retention{MaxMessages: 1024, BlockTimeout: time.Minute}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	var handled atomic.Int64
-	h := func(context.Context, *Record, int, <-chan struct{}) error { handled.Add(1); return nil }
+	h := func(context.Context, *Delivery) error { handled.Add(1); return nil }
 	for g := range groups {
-		if _, err := br.Subscribe("bench", fmt.Sprintf("g%d", g), "c", h, nil, GroupConfig{}); err != nil {
+		if _, err := br.Subscribe("bench", fmt.Sprintf("g%d", g), "c", h, nil, GroupSpec{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -153,14 +153,14 @@ func benchmarkIdle(b *testing.B, topics int) {
 		b.Fatal(err)
 	}
 	defer br.Close(context.Background())
-	h := func(context.Context, *Record, int, <-chan struct{}) error { return nil }
+	h := func(context.Context, *Delivery) error { return nil }
 	for i := range topics {
 		name := fmt.Sprintf("t%d", i)
-		if _, err := br.CreateTopic(name, TopicConfig{Partitions: partitions, Retention: Retention{MaxMessages: 16}}); err != nil {
+		if _, err := br.CreateTopic(name, TopicSpec{Partitions: partitions, Retention: Retention{MaxMessages: 16}}); err != nil {
 			b.Fatal(err)
 		}
 		for g := range groups {
-			if _, err := br.Subscribe(name, fmt.Sprintf("g%d", g), "c", h, nil, GroupConfig{}); err != nil {
+			if _, err := br.Subscribe(name, fmt.Sprintf("g%d", g), "c", h, nil, GroupSpec{}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -11,34 +11,6 @@ import (
 	"time"
 )
 
-// State is a broker's lifecycle stage.
-type State int32
-
-const (
-	Running  State = iota // accepting work
-	Draining              // Close began: no new publishes or subscriptions; workers finishing
-	Stopped               // Close finished: every worker has exited
-)
-
-func (s State) String() string {
-	switch s {
-	case Running:
-		return "running"
-	case Draining:
-		return "draining"
-	case Stopped:
-		return "stopped"
-	}
-	return fmt.Sprintf("State(%d)", int32(s))
-}
-
-// Config is what a broker is created with. Zero fields mean the defaults.
-type Config struct {
-	Clock Clock       // default: time.Now, read once per ClockResolution while in use (see coarseClock)
-	IDs   IDSource    // default: records are named by position (see recordIDs)
-	Retry RetryPolicy // every group's, unless the group sets its own
-}
-
 // Broker is the registry of topics and groups, and owns their lifecycle.
 // All its methods are safe for concurrent use.
 type Broker struct {
@@ -106,7 +78,7 @@ func NewBroker(cfg Config) (*Broker, error) {
 func (b *Broker) State() State { return State(b.state.Load()) }
 
 // CreateTopic registers a new topic.
-func (b *Broker) CreateTopic(name string, cfg TopicConfig) (*Topic, error) {
+func (b *Broker) CreateTopic(name string, cfg TopicSpec) (*Topic, error) {
 	// Refuse a taken name before building the topic, which can allocate a
 	// lot (see MaxTopicMessages), and again after: another call may have
 	// taken it meanwhile.
@@ -158,7 +130,7 @@ func (b *Broker) Topic(name string) (*Topic, error) {
 // than the group's is ErrSubscription. onLeave, when not nil, is called once
 // the consumer has left and its workers have stopped, by Leave or by Close.
 // Every argument is checked before anything changes. It does not block.
-func (b *Broker) Subscribe(topic, group, consumer string, h Handler, onLeave func(), cfg GroupConfig) (*Group, error) {
+func (b *Broker) Subscribe(topic, group, consumer string, h Handler, onLeave func(), cfg GroupSpec) (*Group, error) {
 	switch {
 	case group == "":
 		return nil, fmt.Errorf("%w: topic %q: empty group name", ErrSubscription, topic)

@@ -14,7 +14,7 @@ import (
 
 func subscribe(t *testing.T, b *Broker, topic, group, consumer string, h Handler) *Group {
 	t.Helper()
-	g, err := b.Subscribe(topic, group, consumer, h, nil, GroupConfig{})
+	g, err := b.Subscribe(topic, group, consumer, h, nil, GroupSpec{})
 	if err != nil {
 		t.Fatalf("Subscribe(%q, %q, %q): %v", topic, group, consumer, err)
 	}
@@ -24,7 +24,7 @@ func subscribe(t *testing.T, b *Broker, topic, group, consumer string, h Handler
 func TestTwoGroupsHaveIndependentCursorsAndPerKeyOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 2})
+		orders := mustTopic(t, b, "orders", TopicSpec{Partitions: 2})
 		var billing, audit recorder
 		subscribe(t, b, "orders", "billing", "billing-1", billing.handler("billing-1"))
 		subscribe(t, b, "orders", "audit", "audit-1", audit.handler("audit-1"))
@@ -48,11 +48,11 @@ func TestTwoGroupsHaveIndependentCursorsAndPerKeyOrder(t *testing.T) {
 		// The groups share records: both were handed the very same *Record.
 		byPos := map[Position]*Record{}
 		for _, d := range billing.snapshot() {
-			byPos[Position{d.rec.Partition(), d.rec.Offset}] = d.shared
+			byPos[Position{d.partition, d.rec.Offset}] = d.shared
 		}
 		for _, d := range audit.snapshot() {
-			if byPos[Position{d.rec.Partition(), d.rec.Offset}] != d.shared {
-				t.Errorf("record %d/%d was copied for audit", d.rec.Partition(), d.rec.Offset)
+			if byPos[Position{d.partition, d.rec.Offset}] != d.shared {
+				t.Errorf("record %d/%d was copied for audit", d.partition, d.rec.Offset)
 			}
 		}
 	})
@@ -61,7 +61,7 @@ func TestTwoGroupsHaveIndependentCursorsAndPerKeyOrder(t *testing.T) {
 func TestTransientFailureIsRetriedAndPoisonIsDeadLettered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 3, BaseDelay: time.Second, Multiplier: 2, MaxDelay: time.Minute}})
-		orders := mustTopic(t, b, "orders", TopicConfig{})
+		orders := mustTopic(t, b, "orders", TopicSpec{})
 		start := time.Now()
 		var times []time.Duration
 		shipping := recorder{fail: func(rec *Record, attempt int) error {
@@ -108,7 +108,7 @@ func TestTransientFailureIsRetriedAndPoisonIsDeadLettered(t *testing.T) {
 func TestPermanentErrorSkipsRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{})
+		orders := mustTopic(t, b, "orders", TopicSpec{})
 		h := recorder{fail: func(*Record, int) error { return fmt.Errorf("bad order: %w", ErrPermanent) }}
 		g := subscribe(t, b, "orders", "billing", "b1", h.handler("b1"))
 		publish(t, orders, "", "x")
@@ -125,7 +125,7 @@ func TestPermanentErrorSkipsRetries(t *testing.T) {
 func TestPanickingHandlerDoesNotKillItsWorker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 2}})
-		orders := mustTopic(t, b, "orders", TopicConfig{})
+		orders := mustTopic(t, b, "orders", TopicSpec{})
 		h := recorder{fail: func(rec *Record, _ int) error {
 			if string(rec.Value) == "boom" {
 				panic("handler bug")
@@ -158,12 +158,12 @@ func TestPanickingHandlerDoesNotKillItsWorker(t *testing.T) {
 func TestBlockBackpressureThenReclaim(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 2, BlockTimeout: 20 * time.Millisecond}})
+		orders := mustTopic(t, b, "orders", TopicSpec{Retention: Retention{MaxMessages: 2, BlockTimeout: 20 * time.Millisecond}})
 		release := make(chan struct{})
 		var h recorder
-		subscribe(t, b, "orders", "billing", "b1", func(ctx context.Context, rec *Record, attempt int, _ <-chan struct{}) error {
+		subscribe(t, b, "orders", "billing", "b1", func(ctx context.Context, d *Delivery) error {
 			<-release // commits nothing until the test lets go
-			return h.handler("b1")(ctx, rec, attempt, nil)
+			return h.handler("b1")(ctx, d)
 		})
 		publish(t, orders, "alice", "first")
 		publish(t, orders, "alice", "second")
@@ -193,12 +193,12 @@ func TestBlockBackpressureThenReclaim(t *testing.T) {
 func TestBlockedProducerWakesOnCommit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 1, BlockTimeout: time.Hour}})
+		orders := mustTopic(t, b, "orders", TopicSpec{Retention: Retention{MaxMessages: 1, BlockTimeout: time.Hour}})
 		release := make(chan struct{})
 		var h recorder
-		subscribe(t, b, "orders", "billing", "b1", func(ctx context.Context, rec *Record, attempt int, _ <-chan struct{}) error {
+		subscribe(t, b, "orders", "billing", "b1", func(ctx context.Context, d *Delivery) error {
 			<-release
-			return h.handler("b1")(ctx, rec, attempt, nil)
+			return h.handler("b1")(ctx, d)
 		})
 		publish(t, orders, "", "one")
 		start := time.Now()
@@ -231,7 +231,7 @@ func TestBlockedProducerWakesOnCommit(t *testing.T) {
 func TestDropOldestShedsAndFastForwardsASlowGroup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 3, OnFull: DropOldest}})
+		orders := mustTopic(t, b, "orders", TopicSpec{Retention: Retention{MaxMessages: 3, OnFull: DropOldest}})
 		var h recorder
 		g := subscribe(t, b, "orders", "slow", "s1", h.handler("s1"))
 		mustPause(t, g)
@@ -241,7 +241,7 @@ func TestDropOldestShedsAndFastForwardsASlowGroup(t *testing.T) {
 		if s := orders.Partition(0).Stats(); s.Dropped != 3 || s.Earliest != 3 || s.End != 6 {
 			t.Fatalf("stats %+v, want 3 dropped, earliest 3, end 6", s)
 		}
-		g.Resume()
+		_ = g.Resume(context.Background())
 		drain(t, b)
 		if got := h.acked(); !slices.Equal(got, []string{"e003", "e004", "e005"}) {
 			t.Errorf("the slow group got %v, want the 3 retained records", got)
@@ -255,7 +255,7 @@ func TestDropOldestShedsAndFastForwardsASlowGroup(t *testing.T) {
 func TestAgeRetentionOnAFakeClock(t *testing.T) {
 	clock := &manualClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	b := newBroker(t, Config{Clock: clock})
-	orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxAge: 10 * time.Second}})
+	orders := mustTopic(t, b, "orders", TopicSpec{Retention: Retention{MaxAge: 10 * time.Second}})
 	var slow recorder
 	g := subscribe(t, b, "orders", "slow", "s1", slow.handler("s1"))
 	mustPause(t, g) // an existing group that falls behind
@@ -269,7 +269,7 @@ func TestAgeRetentionOnAFakeClock(t *testing.T) {
 	if s.Expired != 2 || s.Earliest != 2 || s.End != 4 {
 		t.Fatalf("stats %+v, want the 2 records older than 10s expired", s)
 	}
-	g.Resume()
+	_ = g.Resume(context.Background())
 	drain(t, b)
 	if got := slow.acked(); !slices.Equal(got, []string{"edge", "new"}) {
 		t.Errorf("acked %v, want [edge new]", got)
@@ -286,7 +286,7 @@ func TestAgeRetentionOnAFakeClock(t *testing.T) {
 func TestLateGroupStartsAtTheEarliestRetainedRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 2}})
+		orders := mustTopic(t, b, "orders", TopicSpec{Retention: Retention{MaxMessages: 2}})
 		var first recorder
 		subscribe(t, b, "orders", "first", "f1", first.handler("f1"))
 		for _, v := range values("r", 5) {
@@ -316,20 +316,21 @@ func TestLateGroupStartsAtTheEarliestRetainedRecord(t *testing.T) {
 func TestDropOldestSkipsBufferedRecordsEvictedBeforeTheirAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 3, OnFull: DropOldest}})
+		orders := mustTopic(t, b, "orders", TopicSpec{Retention: Retention{MaxMessages: 3, OnFull: DropOldest}})
 		gate := make(chan struct{})
 		var h recorder
-		g := subscribe(t, b, "orders", "slow", "s1", func(ctx context.Context, rec *Record, attempt int, _ <-chan struct{}) error {
+		g := subscribe(t, b, "orders", "slow", "s1", func(ctx context.Context, d *Delivery) error {
+			rec := d.Record
 			if string(rec.Value) == "r000" {
 				<-gate
 			}
-			return h.handler("s1")(ctx, rec, attempt, nil)
+			return h.handler("s1")(ctx, d)
 		})
 		mustPause(t, g)
 		for _, v := range values("r", 3) {
 			publish(t, orders, "", v)
 		}
-		g.Resume()
+		_ = g.Resume(context.Background())
 		synctest.Wait() // the worker holds r0..r2 and is inside the handler for r0
 		for _, v := range values("r", 8)[3:] {
 			publish(t, orders, "", v)
@@ -353,7 +354,7 @@ func TestDropOldestSkipsBufferedRecordsEvictedBeforeTheirAttempt(t *testing.T) {
 func TestEvictedWhileWaitingForARetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 3, BaseDelay: time.Minute}})
-		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 1, OnFull: DropOldest}})
+		orders := mustTopic(t, b, "orders", TopicSpec{Retention: Retention{MaxMessages: 1, OnFull: DropOldest}})
 		h := recorder{fail: func(rec *Record, _ int) error {
 			if string(rec.Value) == "flaky" {
 				return errors.New("transient")
@@ -380,7 +381,7 @@ func TestEvictedWhileWaitingForARetry(t *testing.T) {
 func TestBlockedProducerWakesWhenTheOldestRecordExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{}) // the wall clock is virtual in the bubble
-		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 1, MaxAge: 10 * time.Second, BlockTimeout: time.Hour}})
+		orders := mustTopic(t, b, "orders", TopicSpec{Retention: Retention{MaxMessages: 1, MaxAge: 10 * time.Second, BlockTimeout: time.Hour}})
 		release := make(chan struct{})
 		defer close(release)
 		subscribe(t, b, "orders", "billing", "b1", stuckHandler(release)) // commits nothing: only age makes room
@@ -401,7 +402,7 @@ func TestBlockedProducerWakesWhenTheOldestRecordExpires(t *testing.T) {
 func TestConcurrentProducers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 4, Retention: Retention{MaxMessages: 512}})
+		orders := mustTopic(t, b, "orders", TopicSpec{Partitions: 4, Retention: Retention{MaxMessages: 512}})
 		var h recorder
 		subscribe(t, b, "orders", "billing", "b1", h.handler("b1"))
 		subscribe(t, b, "orders", "billing", "b2", h.handler("b2"))
@@ -452,7 +453,7 @@ func TestConcurrentProducers(t *testing.T) {
 func TestReplayRedeliversEverything(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 2})
+		orders := mustTopic(t, b, "orders", TopicSpec{Partitions: 2})
 		var h recorder
 		subscribe(t, b, "orders", "billing", "b1", h.handler("b1"))
 		for _, v := range values("e", 6) {
@@ -488,7 +489,7 @@ func TestReplayRedeliversEverything(t *testing.T) {
 func TestLateSubscriberReadsTheBacklog(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{})
+		orders := mustTopic(t, b, "orders", TopicSpec{})
 		for _, v := range values("e", 5) {
 			publish(t, orders, "", v)
 		}
@@ -508,15 +509,15 @@ func TestLateSubscriberReadsTheBacklog(t *testing.T) {
 func TestRebalanceNeitherLosesNorRedelivers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 2})
+		orders := mustTopic(t, b, "orders", TopicSpec{Partitions: 2})
 		var h recorder
 		gate := make(chan struct{})
 		var gated sync.Once
-		slow := func(ctx context.Context, rec *Record, attempt int, _ <-chan struct{}) error {
-			if rec.Partition() == 1 {
+		slow := func(ctx context.Context, d *Delivery) error {
+			if d.Partition == 1 {
 				gated.Do(func() { <-gate })
 			}
-			return h.handler("c1")(ctx, rec, attempt, nil)
+			return h.handler("c1")(ctx, d)
 		}
 		g := subscribe(t, b, "orders", "billing", "c1", slow)
 		for i := range 20 {
@@ -524,7 +525,7 @@ func TestRebalanceNeitherLosesNorRedelivers(t *testing.T) {
 		}
 		synctest.Wait() // c1 is inside the handler for partition 1's first record
 
-		if _, err := b.Subscribe("orders", "billing", "c2", h.handler("c2"), nil, GroupConfig{}); err != nil {
+		if _, err := b.Subscribe("orders", "billing", "c2", h.handler("c2"), nil, GroupSpec{}); err != nil {
 			t.Fatal(err)
 		}
 		if got := g.Assignment(); !slices.Equal(got["c1"], []int{0}) || !slices.Equal(got["c2"], []int{1}) {
@@ -553,12 +554,12 @@ func TestRebalanceNeitherLosesNorRedelivers(t *testing.T) {
 func TestLeaveRebalancesToTheRest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 3})
+		orders := mustTopic(t, b, "orders", TopicSpec{Partitions: 3})
 		var h recorder
 		g := subscribe(t, b, "orders", "billing", "c1", h.handler("c1"))
 		subscribe(t, b, "orders", "billing", "c2", h.handler("c2"))
 		left := false
-		if _, err := b.Subscribe("orders", "billing", "c3", h.handler("c3"), func() { left = true }, GroupConfig{}); err != nil {
+		if _, err := b.Subscribe("orders", "billing", "c3", h.handler("c3"), func() { left = true }, GroupSpec{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := g.Leave(context.Background(), "c3"); err != nil {
@@ -589,7 +590,7 @@ func TestLeaveRebalancesToTheRest(t *testing.T) {
 func TestSeek(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{})
+		orders := mustTopic(t, b, "orders", TopicSpec{})
 		var h recorder
 		g := subscribe(t, b, "orders", "billing", "b1", h.handler("b1"))
 		for _, v := range values("e", 5) {
@@ -615,7 +616,7 @@ func TestSeek(t *testing.T) {
 func TestPauseAndResume(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{})
+		orders := mustTopic(t, b, "orders", TopicSpec{})
 		var h recorder
 		g := subscribe(t, b, "orders", "billing", "b1", h.handler("b1"))
 		mustPause(t, g)
@@ -627,7 +628,7 @@ func TestPauseAndResume(t *testing.T) {
 		if got := h.acked(); len(got) != 0 || g.Lag() != 1 || !g.Paused() {
 			t.Fatalf("a paused group got %v (lag %d)", got, g.Lag())
 		}
-		g.Resume()
+		_ = g.Resume(context.Background())
 		drain(t, b)
 		if got := h.acked(); !slices.Equal(got, []string{"while-paused"}) || g.Lag() != 0 {
 			t.Errorf("after Resume got %v, lag %d", got, g.Lag())
@@ -638,9 +639,9 @@ func TestPauseAndResume(t *testing.T) {
 func TestDeliveryStateWalk(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 2, BaseDelay: time.Second}})
-		orders := mustTopic(t, b, "orders", TopicConfig{})
+		orders := mustTopic(t, b, "orders", TopicSpec{})
 		step := make(chan error)
-		g := subscribe(t, b, "orders", "billing", "b1", func(context.Context, *Record, int, <-chan struct{}) error { return <-step })
+		g := subscribe(t, b, "orders", "billing", "b1", func(context.Context, *Delivery) error { return <-step })
 		synctest.Wait()
 		check := func(want DeliveryState, committed int64) {
 			t.Helper()
@@ -671,12 +672,13 @@ func TestDeliveryStateWalk(t *testing.T) {
 func TestAcksShownWhenAWorkerStopsMidRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{})
+		orders := mustTopic(t, b, "orders", TopicSpec{})
 		for _, v := range values("e", 5) {
 			publish(t, orders, "", v) // before anyone reads: the first read takes all five
 		}
 		inSecond, release := make(chan struct{}), make(chan struct{})
-		g := subscribe(t, b, "orders", "billing", "b1", func(_ context.Context, rec *Record, _ int, _ <-chan struct{}) error {
+		g := subscribe(t, b, "orders", "billing", "b1", func(_ context.Context, d *Delivery) error {
+			rec := d.Record
 			if rec.Offset == 1 {
 				close(inSecond)
 				<-release
@@ -704,11 +706,11 @@ func TestAcksShownWhenAWorkerStopsMidRead(t *testing.T) {
 func TestGracefulShutdownThenClosedErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 2})
+		orders := mustTopic(t, b, "orders", TopicSpec{Partitions: 2})
 		var h recorder
 		var left sync.WaitGroup
 		left.Add(1)
-		if _, err := b.Subscribe("orders", "billing", "b1", h.handler("b1"), left.Done, GroupConfig{}); err != nil {
+		if _, err := b.Subscribe("orders", "billing", "b1", h.handler("b1"), left.Done, GroupSpec{}); err != nil {
 			t.Fatal(err)
 		}
 		for _, v := range values("e", 10) {
@@ -726,9 +728,9 @@ func TestGracefulShutdownThenClosedErrors(t *testing.T) {
 		}
 		_, err := orders.Publish(context.Background(), nil, []byte("late"), nil)
 		wantErr(t, err, ErrClosed)
-		_, err = b.Subscribe("orders", "billing", "b2", h.handler("b2"), nil, GroupConfig{})
+		_, err = b.Subscribe("orders", "billing", "b2", h.handler("b2"), nil, GroupSpec{})
 		wantErr(t, err, ErrClosed)
-		_, err = b.CreateTopic("more", TopicConfig{})
+		_, err = b.CreateTopic("more", TopicSpec{})
 		wantErr(t, err, ErrClosed)
 		if err := b.Close(context.Background()); err != nil {
 			t.Errorf("second Close: %v, want nil (idempotent)", err)
@@ -741,7 +743,7 @@ func TestGracefulShutdownThenClosedErrors(t *testing.T) {
 func TestCloseWhileAProducerIsBlocked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 2, BlockTimeout: time.Hour}})
+		orders := mustTopic(t, b, "orders", TopicSpec{Retention: Retention{MaxMessages: 2, BlockTimeout: time.Hour}})
 		release := make(chan struct{})
 		subscribe(t, b, "orders", "billing", "b1", stuckHandler(release)) // holds "a" until released
 		publish(t, orders, "", "a")
@@ -768,7 +770,7 @@ func TestCloseWhileAProducerIsBlocked(t *testing.T) {
 func TestPublishHonoursItsContextWhileBlocked(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 1, BlockTimeout: time.Hour}})
+		orders := mustTopic(t, b, "orders", TopicSpec{Retention: Retention{MaxMessages: 1, BlockTimeout: time.Hour}})
 		release := make(chan struct{})
 		defer close(release)
 		subscribe(t, b, "orders", "billing", "b1", stuckHandler(release)) // holds "a"
@@ -789,14 +791,14 @@ func TestPublishHonoursItsContextWhileBlocked(t *testing.T) {
 func TestCloseReportsWhatWasLeft(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 2})
+		orders := mustTopic(t, b, "orders", TopicSpec{Partitions: 2})
 		var h recorder
-		subscribe(t, b, "orders", "billing", "b1", func(ctx context.Context, rec *Record, attempt int, _ <-chan struct{}) error {
-			if rec.Partition() == 1 {
+		subscribe(t, b, "orders", "billing", "b1", func(ctx context.Context, d *Delivery) error {
+			if d.Partition == 1 {
 				<-ctx.Done() // stuck until Close gives up
 				return ctx.Err()
 			}
-			return h.handler("b1")(ctx, rec, attempt, nil)
+			return h.handler("b1")(ctx, d)
 		})
 		for _, v := range values("e", 4) {
 			publish(t, orders, "", v)
@@ -822,7 +824,7 @@ func TestCloseReportsWhatWasLeft(t *testing.T) {
 func TestConcurrentCloseIsIdempotent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Partitions: 4})
+		orders := mustTopic(t, b, "orders", TopicSpec{Partitions: 4})
 		var h recorder
 		subscribe(t, b, "orders", "billing", "b1", h.handler("b1"))
 		for _, v := range values("e", 40) {
@@ -851,7 +853,7 @@ func TestConcurrentCloseIsIdempotent(t *testing.T) {
 func TestStopMidBackoffDoesNotCommit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 5, BaseDelay: time.Hour}})
-		orders := mustTopic(t, b, "orders", TopicConfig{})
+		orders := mustTopic(t, b, "orders", TopicSpec{})
 		var h recorder
 		h.fail = func(_ *Record, attempt int) error {
 			if attempt == 1 {
@@ -869,7 +871,7 @@ func TestStopMidBackoffDoesNotCommit(t *testing.T) {
 		if c := g.Committed(0); c != 0 {
 			t.Fatalf("committed %d after a stop mid-backoff, want 0", c)
 		}
-		g.Resume()
+		_ = g.Resume(context.Background())
 		drain(t, b)
 		calls := h.snapshot()
 		if len(calls) != 2 || calls[1].attempt != 2 || calls[1].err != nil {
@@ -880,8 +882,8 @@ func TestStopMidBackoffDoesNotCommit(t *testing.T) {
 
 func TestInvalidRequests(t *testing.T) {
 	b := newBroker(t, Config{})
-	mustTopic(t, b, "orders", TopicConfig{})
-	nop := func(context.Context, *Record, int, <-chan struct{}) error { return nil }
+	mustTopic(t, b, "orders", TopicSpec{})
+	nop := func(context.Context, *Delivery) error { return nil }
 	_, err := NewBroker(Config{Retry: RetryPolicy{MaxAttempts: -1}})
 	wantErr(t, err, ErrInvalid)
 	tests := []struct {
@@ -889,17 +891,17 @@ func TestInvalidRequests(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"negative partitions", second(b.CreateTopic("t1", TopicConfig{Partitions: -1})), ErrInvalid},
-		{"negative capacity", second(b.CreateTopic("t2", TopicConfig{Retention: Retention{MaxMessages: -1}})), ErrInvalid},
-		{"empty topic name", second(b.CreateTopic("", TopicConfig{})), ErrInvalid},
-		{"topic twice", second(b.CreateTopic("orders", TopicConfig{})), ErrTopicExists},
+		{"negative partitions", second(b.CreateTopic("t1", TopicSpec{Partitions: -1})), ErrInvalid},
+		{"negative capacity", second(b.CreateTopic("t2", TopicSpec{Retention: Retention{MaxMessages: -1}})), ErrInvalid},
+		{"empty topic name", second(b.CreateTopic("", TopicSpec{})), ErrInvalid},
+		{"topic twice", second(b.CreateTopic("orders", TopicSpec{})), ErrTopicExists},
 		{"unknown topic", second(b.Topic("nope")), ErrTopicNotFound},
-		{"subscribe unknown topic", second(b.Subscribe("nope", "g", "c", nop, nil, GroupConfig{})), ErrTopicNotFound},
-		{"empty group", second(b.Subscribe("orders", "", "c", nop, nil, GroupConfig{})), ErrSubscription},
-		{"empty consumer", second(b.Subscribe("orders", "g", "", nop, nil, GroupConfig{})), ErrSubscription},
-		{"nil handler", second(b.Subscribe("orders", "g", "c", nil, nil, GroupConfig{})), ErrSubscription},
-		{"negative group retries", second(b.Subscribe("orders", "g", "c", nop, nil, GroupConfig{Retry: RetryPolicy{MaxAttempts: -2}})), ErrInvalid},
-		{"negative dead-letter limit", second(b.Subscribe("orders", "g", "c", nop, nil, GroupConfig{DeadLetterLimit: -1})), ErrInvalid},
+		{"subscribe unknown topic", second(b.Subscribe("nope", "g", "c", nop, nil, GroupSpec{})), ErrTopicNotFound},
+		{"empty group", second(b.Subscribe("orders", "", "c", nop, nil, GroupSpec{})), ErrSubscription},
+		{"empty consumer", second(b.Subscribe("orders", "g", "", nop, nil, GroupSpec{})), ErrSubscription},
+		{"nil handler", second(b.Subscribe("orders", "g", "c", nil, nil, GroupSpec{})), ErrSubscription},
+		{"negative group retries", second(b.Subscribe("orders", "g", "c", nop, nil, GroupSpec{Retry: RetryPolicy{MaxAttempts: -2}})), ErrInvalid},
+		{"negative dead-letter limit", second(b.Subscribe("orders", "g", "c", nop, nil, GroupSpec{DeadLetterLimit: -1})), ErrInvalid},
 		{"lag of unknown group", second(b.Lag("nope", "orders")), ErrSubscription},
 		{"replay unknown group", b.Replay(context.Background(), "nope", "orders", Start{Kind: StartOffset, Offset: 0}), ErrSubscription},
 	}
@@ -914,10 +916,10 @@ func TestInvalidRequests(t *testing.T) {
 
 func TestDuplicateConsumerName(t *testing.T) {
 	b := newBroker(t, Config{})
-	mustTopic(t, b, "orders", TopicConfig{})
-	nop := func(context.Context, *Record, int, <-chan struct{}) error { return nil }
+	mustTopic(t, b, "orders", TopicSpec{})
+	nop := func(context.Context, *Delivery) error { return nil }
 	subscribe(t, b, "orders", "billing", "b1", nop)
-	_, err := b.Subscribe("orders", "billing", "b1", nop, nil, GroupConfig{})
+	_, err := b.Subscribe("orders", "billing", "b1", nop, nil, GroupSpec{})
 	wantErr(t, err, ErrSubscription)
 	g, _ := b.Group("billing", "orders")
 	if m := g.Members(); !slices.Equal(m, []string{"b1"}) {
@@ -933,7 +935,7 @@ func second[T any](_ T, err error) error { return err }
 func TestReclaimKeepsTheWholeWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 4}})
+		orders := mustTopic(t, b, "orders", TopicSpec{Retention: Retention{MaxMessages: 4}})
 		var h recorder
 		g := subscribe(t, b, "orders", "g", "c", h.handler("c"))
 		for _, v := range values("r", 10) {
@@ -958,8 +960,9 @@ func TestReclaimKeepsTheWholeWindow(t *testing.T) {
 func TestDeadLettersOutliveReclaimedRecords(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 1}})
-		topic := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 2}})
-		g := subscribe(t, b, "orders", "billing", "b1", func(_ context.Context, rec *Record, _ int, _ <-chan struct{}) error {
+		topic := mustTopic(t, b, "orders", TopicSpec{Retention: Retention{MaxMessages: 2}})
+		g := subscribe(t, b, "orders", "billing", "b1", func(_ context.Context, d *Delivery) error {
+			rec := d.Record
 			if strings.HasPrefix(string(rec.Value), "poison") {
 				return ErrPermanent
 			}
@@ -998,21 +1001,21 @@ func TestDeadLettersOutliveReclaimedRecords(t *testing.T) {
 // is real (no synctest), so one round may see any interleaving.
 func TestSubscribeRacingCloseLeavesNoGroup(t *testing.T) {
 	const rounds, subscribers = 200, 4
-	ack := func(context.Context, *Record, int, <-chan struct{}) error { return nil }
+	ack := func(context.Context, *Delivery) error { return nil }
 	failed := 0
 	for range rounds {
 		b, err := NewBroker(Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := b.CreateTopic("orders", TopicConfig{Partitions: 2}); err != nil {
+		if _, err := b.CreateTopic("orders", TopicSpec{Partitions: 2}); err != nil {
 			t.Fatal(err)
 		}
 		errs := make([]error, subscribers)
 		var wg sync.WaitGroup
 		for i := range errs {
 			wg.Go(func() {
-				_, errs[i] = b.Subscribe("orders", fmt.Sprintf("g%d", i), "c", ack, nil, GroupConfig{})
+				_, errs[i] = b.Subscribe("orders", fmt.Sprintf("g%d", i), "c", ack, nil, GroupSpec{})
 			})
 		}
 		wg.Go(func() {

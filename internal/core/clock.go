@@ -6,11 +6,6 @@ import (
 	"time"
 )
 
-// Clock reads the time. The broker stamps records with it, trims by age with
-// it and dates dead letters with it. Waiting (backoff, BlockTimeout) uses the
-// runtime's timers, which testing/synctest virtualises.
-type Clock interface{ Now() time.Time }
-
 // ClockResolution is how often the default clock reads the time while it
 // is in use: records published within one ClockResolution of each other may
 // carry the same Created.
@@ -104,8 +99,3 @@ func (c *coarseClock) stop() {
 type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
-
-// IDSource hands out record IDs. NextID is called once per publish, from
-// many goroutines at once, and must return a value it never returned before.
-// Without one, the broker names records by position; see recordIDs.
-type IDSource interface{ NextID() string }

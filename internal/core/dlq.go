@@ -2,20 +2,7 @@ package core
 
 import (
 	"sync"
-	"time"
 )
-
-// DeadLetter is a record a group gave up on, and why.
-type DeadLetter struct {
-	Record   *Record
-	Group    string
-	Attempts int   // deliveries made, the last one included
-	Err      error // the last attempt's error
-	FailedAt time.Time
-}
-
-// DefaultDeadLetterLimit is how many dead letters a group keeps by default.
-const DefaultDeadLetterLimit = 1024
 
 // deadLetters is one group's dead-letter queue: bounded, oldest evicted
 // first, every eviction counted.

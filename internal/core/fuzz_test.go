@@ -125,7 +125,7 @@ func newLogHarness(t *testing.T, ret Retention) *logHarness {
 		t.Fatalf("NewBroker: %v", err)
 	}
 	t.Cleanup(func() { _ = b.Close(context.Background()) })
-	topic, err := b.CreateTopic("log", TopicConfig{Retention: ret})
+	topic, err := b.CreateTopic("log", TopicSpec{Retention: ret})
 	if err != nil {
 		t.Fatalf("CreateTopic: %v", err)
 	}

@@ -7,92 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 )
-
-// Handler processes one record for one group. It runs on the worker goroutine
-// of the record's partition, so calls for one partition never overlap. nil
-// acks; an error (or a panic) is a failed attempt. attempt is 1 on the first
-// delivery of the record in the group's current epoch (see Group.Seek) and
-// counts up across retries and across redeliveries after a rebalance.
-//
-// rec is valid until the handler returns, not after: see Record.
-//
-// revoked is closed when the group wants the partition back: a pause, a
-// seek or replay, a rebalance that moves it, or Close. A handler that has
-// not yet handed rec to anyone may give it back at once by returning
-// ErrNotDelivered; one that has must finish, and whoever asked waits for it
-// as long as their context allows. ctx ends only when Close gives up on
-// draining: a handler must return soon after.
-type Handler func(ctx context.Context, rec *Record, attempt int, revoked <-chan struct{}) error
-
-// GroupConfig is what a group is created with. Zero fields mean the defaults.
-type GroupConfig struct {
-	Retry           RetryPolicy // zero: the broker's policy
-	DeadLetterLimit int         // dead letters kept, oldest evicted first; default 1024
-	Start           Start       // where the group begins in every partition; zero: Earliest
-}
-
-// equal reports whether c and o configure a group the same way.
-func (c GroupConfig) equal(o GroupConfig) bool {
-	return c.Retry == o.Retry && c.DeadLetterLimit == o.DeadLetterLimit && c.Start.equal(o.Start)
-}
-
-// StartKind says how a Start picks an offset.
-type StartKind int8
-
-const (
-	StartEarliest StartKind = iota // the oldest retained record
-	StartLatest                    // the end: only records published later
-	StartOffset                    // Start.Offset, clamped to the retained range
-	StartTime                      // the first record whose Created is at or after Start.Time
-)
-
-// Start says where a group reads from in a partition. The zero Start is
-// StartEarliest.
-type Start struct {
-	Kind   StartKind
-	Offset int64
-	Time   time.Time
-}
-
-func (s Start) equal(o Start) bool {
-	return s.Kind == o.Kind && s.Offset == o.Offset && s.Time.Equal(o.Time)
-}
-
-func (s Start) String() string {
-	switch s.Kind {
-	case StartEarliest:
-		return "earliest"
-	case StartLatest:
-		return "latest"
-	case StartOffset:
-		return fmt.Sprintf("offset %d", s.Offset)
-	case StartTime:
-		return "time " + s.Time.Format(time.RFC3339Nano)
-	}
-	return fmt.Sprintf("Start(%d)", s.Kind)
-}
-
-func (s Start) validate() error {
-	switch {
-	case s.Kind < StartEarliest || s.Kind > StartTime:
-		return fmt.Errorf("%w: unknown start %v", ErrInvalid, s)
-	case s.Kind == StartOffset && s.Offset < 0:
-		return fmt.Errorf("%w: start at negative offset %d", ErrInvalid, s.Offset)
-	}
-	return nil
-}
-
-// GroupStats counts what a group's workers did. The counters belong to the
-// group, not to a worker, so they survive rebalances.
-type GroupStats struct {
-	Delivered          int64 // records acked
-	Retried            int64 // failed attempts that were retried
-	DeadLettered       int64 // records given up on
-	Skipped            int64 // records trimmed by retention before the group read them
-	DeadLettersEvicted int64 // dead letters pushed out of the bounded queue
-}
 
 // DeliveryState is where the current record of one (group, partition) is in
 // its delivery: the state diagram of the design, visible for tests. A worker
@@ -141,7 +56,7 @@ type Group struct {
 	name   string
 	topic  *Topic
 	broker *Broker
-	cfg    GroupConfig // as given at creation, to compare later joins with
+	cfg    GroupSpec // as given at creation, to compare later joins with
 	retry  RetryPolicy
 
 	mu      sync.Mutex // guards the fields below
@@ -219,7 +134,7 @@ func (gp *groupPartition) showAck() {
 	}
 }
 
-func newGroup(b *Broker, t *Topic, name string, cfg GroupConfig) (*Group, error) {
+func newGroup(b *Broker, t *Topic, name string, cfg GroupSpec) (*Group, error) {
 	retry := b.retry
 	if cfg.Retry != (RetryPolicy{}) {
 		var err error
@@ -234,7 +149,7 @@ func newGroup(b *Broker, t *Topic, name string, cfg GroupConfig) (*Group, error)
 	case limit == 0:
 		limit = DefaultDeadLetterLimit
 	}
-	if err := cfg.Start.validate(); err != nil {
+	if err := cfg.Start.Validate(); err != nil {
 		return nil, err
 	}
 	g := &Group{
@@ -264,13 +179,13 @@ func (g *Group) Topic() string { return g.topic.name }
 // moves to the new member finishes its current delivery first. cfg must
 // equal the group's own configuration (ErrSubscription otherwise). After
 // the broker began closing it fails with ErrClosed.
-func (g *Group) Join(name string, h Handler, onLeave func(), cfg GroupConfig) error {
+func (g *Group) Join(name string, h Handler, onLeave func(), cfg GroupSpec) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: group %q: empty consumer name", ErrSubscription, g.name)
 	case h == nil:
 		return fmt.Errorf("%w: group %q consumer %q: nil handler", ErrSubscription, g.name, name)
-	case !cfg.equal(g.cfg):
+	case !cfg.Equal(g.cfg):
 		return fmt.Errorf("%w: group %q exists with other options than consumer %q gives", ErrSubscription, g.name, name)
 	}
 	g.mu.Lock()
@@ -502,15 +417,17 @@ func (g *Group) Pause(ctx context.Context) error {
 	return nil
 }
 
-// Resume restarts deliveries from the committed offsets. It does not wait:
-// a partition whose delivery from before the pause is still in flight
-// restarts when that delivery ends. A no-op after the broker stopped.
-func (g *Group) Resume() {
+// Resume restarts deliveries from the committed offsets. It does not wait
+// (its context is for engines that do): a partition whose delivery from
+// before the pause is still in flight restarts when that delivery ends. A
+// no-op after the broker stopped.
+func (g *Group) Resume(context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.paused = false
 	g.startLocked()
 	g.broker.notifyProgress() // Drain may have been told the group stalled
+	return nil
 }
 
 // Paused reports whether the group is paused.
@@ -561,7 +478,7 @@ func (g *Group) Seek(ctx context.Context, partition int, offset int64) error {
 // before every cursor moved. Like Seek, it waits until ctx ends, and then
 // moves nothing.
 func (g *Group) Replay(ctx context.Context, from Start) error {
-	if err := from.validate(); err != nil {
+	if err := from.Validate(); err != nil {
 		return err
 	}
 	return g.reposition(ctx, func(*groupPartition) bool { return true },

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,7 +32,7 @@ func newBroker(t *testing.T, cfg Config) *Broker {
 	return b
 }
 
-func mustTopic(t *testing.T, b *Broker, name string, cfg TopicConfig) *Topic {
+func mustTopic(t *testing.T, b *Broker, name string, cfg TopicSpec) *Topic {
 	t.Helper()
 	topic, err := b.CreateTopic(name, cfg)
 	if err != nil {
@@ -63,11 +65,12 @@ func drain(t *testing.T, b *Broker) {
 
 // delivery is one handler call seen by a recorder.
 type delivery struct {
-	consumer string
-	rec      *Record // a copy: the log may reuse the record once committed
-	shared   *Record // the record the handler was given, for identity only
-	attempt  int
-	err      error
+	consumer  string
+	partition int
+	rec       *Record // a copy: the log may reuse the record once committed
+	shared    *Record // the record the handler was given, for identity only
+	attempt   int
+	err       error
 }
 
 // recorder is a handler factory that remembers every call, in order, and can
@@ -80,14 +83,15 @@ type recorder struct {
 }
 
 func (r *recorder) handler(consumer string) Handler {
-	return func(_ context.Context, rec *Record, attempt int, _ <-chan struct{}) error {
+	return func(_ context.Context, d *Delivery) error {
+		rec, attempt := d.Record, d.Attempt
 		var err error
 		if r.fail != nil {
 			err = r.fail(rec, attempt)
 		}
 		r.mu.Lock()
 		kept := *rec
-		r.calls = append(r.calls, delivery{consumer: consumer, rec: &kept, shared: rec, attempt: attempt, err: err})
+		r.calls = append(r.calls, delivery{consumer: consumer, partition: d.Partition, rec: &kept, shared: rec, attempt: attempt, err: err})
 		r.mu.Unlock()
 		return err
 	}
@@ -182,4 +186,69 @@ func mustPause(t testing.TB, g *Group) {
 	if err := g.Pause(context.Background()); err != nil {
 		t.Fatalf("Pause: %v", err)
 	}
+}
+
+// Position is where a record a test published landed.
+type Position struct {
+	Partition int
+	Offset    int64
+}
+
+// testRouting spreads the keyless records of each topic round robin, as
+// the typed layer's default partitioner does; keyed records go to the
+// CRC-32 of their key.
+var testRouting sync.Map // *Topic -> *atomic.Uint64
+
+func (t *Topic) route(key []byte) int {
+	if key != nil {
+		return int(crc32.ChecksumIEEE(key) % uint32(len(t.parts)))
+	}
+	next, _ := testRouting.LoadOrStore(t, new(atomic.Uint64))
+	return int((next.(*atomic.Uint64).Add(1) - 1) % uint64(len(t.parts)))
+}
+
+// Publish appends a record to the partition its key routes to, as the
+// typed layer would, and returns where it landed.
+func (t *Topic) Publish(ctx context.Context, key, value []byte, headers map[string]string) (Position, error) {
+	rec := t.NewRecord()
+	rec.Key, rec.Value, rec.Headers = key, value, headers
+	p := t.route(key)
+	offset, err := t.AppendOne(ctx, p, rec)
+	if err != nil {
+		return Position{}, err
+	}
+	return Position{Partition: p, Offset: offset}, nil
+}
+
+// PublishBatch publishes n records that fill fills, routed one by one and
+// appended run by run, as the typed layer would, telling landed where each
+// went; it returns how many it stored.
+func (t *Topic) PublishBatch(ctx context.Context, n int, fill func(i int, rec *Record) error, landed func(i int, pos Position)) (int, error) {
+	recs := make([]*Record, n)
+	parts := make([]int, n)
+	for i := range recs {
+		recs[i] = t.NewRecord()
+		if err := fill(i, recs[i]); err != nil {
+			return 0, err
+		}
+		parts[i] = t.route(recs[i].Key)
+	}
+	offsets := make([]int64, n)
+	for start := 0; start < n; {
+		end := start + 1
+		for end < n && parts[end] == parts[start] {
+			end++
+		}
+		stored, err := t.Append(ctx, parts[start], recs[start:end], offsets[start:end])
+		for i := start; i < start+stored; i++ {
+			if landed != nil {
+				landed(i, Position{Partition: parts[start], Offset: offsets[i]})
+			}
+		}
+		if err != nil {
+			return start + stored, err
+		}
+		start = end
+	}
+	return n, nil
 }

@@ -1,10 +1,7 @@
 package core
 
 import (
-	"errors"
 	"fmt"
-	"hash/crc32"
-	"math/rand/v2"
 	"slices"
 	"testing"
 	"testing/synctest"
@@ -67,56 +64,6 @@ func TestAssignBalanced(t *testing.T) {
 	}
 }
 
-func TestRetryPolicyDelay(t *testing.T) {
-	p, err := RetryPolicy{BaseDelay: 10 * time.Millisecond, Multiplier: 3, MaxDelay: 200 * time.Millisecond}.Resolve()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for attempt, want := range map[int]time.Duration{
-		1: 10 * time.Millisecond, 2: 30 * time.Millisecond, 3: 90 * time.Millisecond,
-		4: 200 * time.Millisecond, 100: 200 * time.Millisecond, 5000: 200 * time.Millisecond,
-	} {
-		if got := p.Delay(attempt); got != want {
-			t.Errorf("Delay(%d) = %v, want %v", attempt, got, want)
-		}
-	}
-}
-
-func TestRetryPolicyResolve(t *testing.T) {
-	got, err := RetryPolicy{}.Resolve()
-	want := RetryPolicy{DefaultMaxAttempts, DefaultBaseDelay, DefaultMultiplier, DefaultMaxDelay}
-	if err != nil || got != want {
-		t.Errorf("zero policy resolves to %+v, %v; want %+v", got, err, want)
-	}
-	for name, bad := range map[string]RetryPolicy{
-		"negative attempts":   {MaxAttempts: -1},
-		"negative base":       {BaseDelay: -1},
-		"negative max":        {MaxDelay: -1},
-		"shrinking multplier": {Multiplier: 0.5},
-	} {
-		if _, err := bad.Resolve(); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: got %v, want ErrInvalid", name, err)
-		}
-	}
-}
-
-func TestRetentionResolve(t *testing.T) {
-	got, err := Retention{}.Resolve()
-	if err != nil || got.MaxMessages != DefaultMaxMessages || got.BlockTimeout != DefaultBlockTimeout || got.OnFull != Block {
-		t.Errorf("zero retention resolves to %+v, %v", got, err)
-	}
-	for name, bad := range map[string]Retention{
-		"negative capacity": {MaxMessages: -1},
-		"negative age":      {MaxAge: -time.Second},
-		"negative timeout":  {BlockTimeout: -time.Second},
-		"unknown policy":    {OnFull: FullPolicy(7)},
-	} {
-		if _, err := bad.Resolve(); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: got %v, want ErrInvalid", name, err)
-		}
-	}
-}
-
 // TestOffsetStoreCompareAndSet: a late ack must not clobber a seek.
 func TestOffsetStoreCompareAndSet(t *testing.T) {
 	s := NewOffsetStore()
@@ -140,66 +87,6 @@ func TestOffsetStoreCompareAndSet(t *testing.T) {
 	other := OffsetKey{Group: "audit", Topic: "orders", Partition: 0}
 	if !s.Cursor(other).Commit(0, 5) || s.Cursor(k).Committed() != 0 {
 		t.Fatal("groups do not have independent cursors")
-	}
-}
-
-// TestKeyHashStable pins the key → partition mapping: it is CRC-32 (IEEE) of
-// the key bytes, so it must not change between processes or releases.
-func TestKeyHashStable(t *testing.T) {
-	p := KeyHash()
-	for key, want := range map[string]int{"alice": 1, "bob": 0, "carol": 1, "": 0} {
-		for range 50 {
-			if got := p.Partition([]byte(key), 2); got != want {
-				t.Fatalf("key %q went to partition %d, want %d", key, got, want)
-			}
-		}
-	}
-	if got, want := p.Partition([]byte("user-42"), 16), 3; got != want {
-		t.Errorf("user-42 of 16 partitions: got %d, want %d", got, want)
-	}
-}
-
-// TestChecksumIEEEIsTheLibrarys checks the key hash's own CRC-32 against
-// hash/crc32 on every length from 0 to 150 bytes, around its 8-byte steps
-// and its hand-over to the library at 64 bytes, with random contents.
-func TestChecksumIEEEIsTheLibrarys(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for n := range 151 {
-		p := make([]byte, n)
-		for range 20 {
-			for i := range p {
-				p[i] = byte(rng.Uint32())
-			}
-			if got, want := checksumIEEE(p), crc32.ChecksumIEEE(p); got != want {
-				t.Fatalf("checksumIEEE(%x) = %#x, want %#x", p, got, want)
-			}
-		}
-	}
-}
-
-func TestRoundRobinSpreads(t *testing.T) {
-	for name, p := range map[string]Partitioner{"RoundRobin": RoundRobin(), "KeyHash keyless": KeyHash()} {
-		counts := make([]int, 4)
-		for range 40 {
-			counts[p.Partition(nil, 4)]++
-		}
-		if !slices.Equal(counts, []int{10, 10, 10, 10}) {
-			t.Errorf("%s: 40 keyless records spread as %v, want 10 each", name, counts)
-		}
-	}
-}
-
-func TestStickyFillsABatchThenMoves(t *testing.T) {
-	p := Sticky(3)
-	var got []int
-	for range 7 {
-		got = append(got, p.Partition(nil, 2))
-	}
-	if want := []int{0, 0, 0, 1, 1, 1, 0}; !slices.Equal(got, want) {
-		t.Errorf("sticky(3) keyless sequence %v, want %v", got, want)
-	}
-	if a, b := p.Partition([]byte("alice"), 2), KeyHash().Partition([]byte("alice"), 2); a != b {
-		t.Errorf("sticky routes a keyed record to %d, key hash to %d", a, b)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/logbus/logbus/internal/engine"
 	"math"
 	"strings"
 	"sync"
@@ -17,7 +18,7 @@ import (
 // stuckHandler is a handler that holds its first delivery until release is
 // closed.
 func stuckHandler(release <-chan struct{}) Handler {
-	return func(context.Context, *Record, int, <-chan struct{}) error {
+	return func(context.Context, *Delivery) error {
 		<-release
 		return nil
 	}
@@ -30,7 +31,7 @@ func stuckHandler(release <-chan struct{}) Handler {
 func TestBackpressureErrorNamesTheLowestCursor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		orders := mustTopic(t, b, "orders", TopicConfig{Retention: Retention{MaxMessages: 2, BlockTimeout: time.Second}})
+		orders := mustTopic(t, b, "orders", TopicSpec{Retention: Retention{MaxMessages: 2, BlockTimeout: time.Second}})
 		release := make(chan struct{})
 		var done recorder
 		subscribe(t, b, "orders", "done", "d1", done.handler("d1"))
@@ -62,7 +63,7 @@ func TestBackpressureErrorNamesTheLowestCursor(t *testing.T) {
 func TestAGrouplessPartitionTrimsUnderBlockAndALateGroupReadsWhatFollows(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		topic := mustTopic(t, b, "t", TopicConfig{Retention: Retention{MaxMessages: 64, BlockTimeout: time.Hour}})
+		topic := mustTopic(t, b, "t", TopicSpec{Retention: Retention{MaxMessages: 64, BlockTimeout: time.Hour}})
 		const producers, each = 4, 500
 		var (
 			mu      sync.Mutex
@@ -91,7 +92,8 @@ func TestAGrouplessPartitionTrimsUnderBlockAndALateGroupReadsWhatFollows(t *test
 			})
 		}
 		<-started
-		subscribe(t, b, "t", "late", "l1", func(_ context.Context, rec *Record, _ int, _ <-chan struct{}) error {
+		subscribe(t, b, "t", "late", "l1", func(_ context.Context, d *Delivery) error {
+			rec := d.Record
 			kept := *rec
 			kept.Value = append([]byte(nil), rec.Value...)
 			mu.Lock()
@@ -128,30 +130,30 @@ func TestAGrouplessPartitionTrimsUnderBlockAndALateGroupReadsWhatFollows(t *test
 	})
 }
 
-// TestTopicConfigResolveLimits: the shapes at the limits are accepted, one
+// TestTopicSpecResolveLimits: the shapes at the limits are accepted, one
 // past them is ErrInvalid naming the limit, and so are absurd ones whose
 // product would overflow. resolve allocates nothing, so the shapes at the
 // limits are checked here rather than created.
-func TestTopicConfigResolveLimits(t *testing.T) {
+func TestTopicSpecResolveLimits(t *testing.T) {
 	shift := 40 // a variable, so the constant 1<<40 needs no 64-bit int to compile
 	for _, tc := range []struct {
 		name      string
-		cfg       TopicConfig
+		cfg       TopicSpec
 		wantLimit string // "" for valid
 	}{
-		{"most partitions", TopicConfig{Partitions: MaxPartitions, Retention: Retention{MaxMessages: MaxTopicMessages / MaxPartitions}}, ""},
-		{"largest partition", TopicConfig{Partitions: 1, Retention: Retention{MaxMessages: MaxTopicMessages}}, ""},
-		{"default records, many partitions", TopicConfig{Partitions: MaxTopicMessages / DefaultMaxMessages}, ""},
-		{"one partition too many", TopicConfig{Partitions: MaxPartitions + 1, Retention: Retention{MaxMessages: 1}}, "(MaxPartitions)"},
-		{"a million partitions", TopicConfig{Partitions: 1_000_000}, "over the limit of 65536 (MaxPartitions)"},
-		{"one record too many", TopicConfig{Partitions: 1, Retention: Retention{MaxMessages: MaxTopicMessages + 1}}, "(MaxTopicMessages)"},
-		{"one slot too many", TopicConfig{Partitions: MaxPartitions, Retention: Retention{MaxMessages: MaxTopicMessages/MaxPartitions + 1}}, "(MaxTopicMessages)"},
-		{"default records, too many partitions", TopicConfig{Partitions: MaxTopicMessages/DefaultMaxMessages + 1}, "over the limit of 16777216 (MaxTopicMessages)"},
-		{"MaxMessages 1<<40", TopicConfig{Retention: Retention{MaxMessages: 1 << shift}}, "over the limit of 16777216 records a topic may hold (MaxTopicMessages)"},
-		{"MaxMessages MaxInt", TopicConfig{Partitions: MaxPartitions, Retention: Retention{MaxMessages: math.MaxInt}}, "(MaxTopicMessages)"},
+		{"most partitions", TopicSpec{Partitions: MaxPartitions, Retention: Retention{MaxMessages: MaxTopicMessages / MaxPartitions}}, ""},
+		{"largest partition", TopicSpec{Partitions: 1, Retention: Retention{MaxMessages: MaxTopicMessages}}, ""},
+		{"default records, many partitions", TopicSpec{Partitions: MaxTopicMessages / engine.DefaultMaxMessages}, ""},
+		{"one partition too many", TopicSpec{Partitions: MaxPartitions + 1, Retention: Retention{MaxMessages: 1}}, "(MaxPartitions)"},
+		{"a million partitions", TopicSpec{Partitions: 1_000_000}, "over the limit of 65536 (MaxPartitions)"},
+		{"one record too many", TopicSpec{Partitions: 1, Retention: Retention{MaxMessages: MaxTopicMessages + 1}}, "(MaxTopicMessages)"},
+		{"one slot too many", TopicSpec{Partitions: MaxPartitions, Retention: Retention{MaxMessages: MaxTopicMessages/MaxPartitions + 1}}, "(MaxTopicMessages)"},
+		{"default records, too many partitions", TopicSpec{Partitions: MaxTopicMessages/engine.DefaultMaxMessages + 1}, "over the limit of 16777216 (MaxTopicMessages)"},
+		{"MaxMessages 1<<40", TopicSpec{Retention: Retention{MaxMessages: 1 << shift}}, "over the limit of 16777216 records a topic may hold (MaxTopicMessages)"},
+		{"MaxMessages MaxInt", TopicSpec{Partitions: MaxPartitions, Retention: Retention{MaxMessages: math.MaxInt}}, "(MaxTopicMessages)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := tc.cfg.resolve("t")
+			_, err := tc.cfg.Resolve("t")
 			switch {
 			case tc.wantLimit == "" && err != nil:
 				t.Errorf("got %v, want nil", err)
@@ -335,30 +337,6 @@ func TestARecordLargerThanMaxBytesFailsAtOnceAndAppendsNothing(t *testing.T) {
 					}
 				})
 			})
-		}
-	}
-}
-
-// TestAnOversizeRecordFailsItsBatchBeforeAnythingIsAppended: the check is
-// made when the batch is routed, so the records before the oversize one,
-// bound for another partition, are not appended either.
-func TestAnOversizeRecordFailsItsBatchBeforeAnythingIsAppended(t *testing.T) {
-	b := newBroker(t, Config{})
-	topic := mustTopic(t, b, "t", TopicConfig{Partitions: 2, Partitioner: RoundRobin(), Retention: Retention{MaxBytes: 4}})
-	n, err := topic.PublishBatch(context.Background(), 3, func(i int, rec *Record) error {
-		rec.Value = []byte("abc")
-		if i == 2 {
-			rec.Value = []byte("abcde")
-		}
-		return nil
-	}, nil)
-	wantErr(t, err, ErrInvalid)
-	if !strings.Contains(err.Error(), "batch entry 2") {
-		t.Errorf("error %q: want it to name batch entry 2", err)
-	}
-	for i, s := range topic.Stats() {
-		if n != 0 || s.End != 0 {
-			t.Errorf("PublishBatch stored %d; partition %d ends at %d: want nothing appended", n, i, s.End)
 		}
 	}
 }

@@ -3,98 +3,27 @@ package core
 import (
 	"context"
 	"fmt"
-	"maps"
 	"sync"
-	"time"
 )
 
-// TopicConfig is what a topic is created with. Zero fields mean the defaults.
-type TopicConfig struct {
-	Partitions  int         // fixed for the topic's life; default 1
-	Retention   Retention   // per partition
-	Partitioner Partitioner // default KeyHash
-}
-
-// The limits of a topic's shape. A topic allocates its partitions when it
-// is created, each with a ring slot (and a little more) per record of
-// MaxMessages, committed at once whether or not records come (pubsub's
-// Retention says what each costs). Without limits, a typo became an
-// out-of-memory crash or a NewTopic that did not return: 1,000,000
-// partitions of the default 1024 records ask for about 10 GB of
-// bookkeeping. Past these limits a topic is ErrInvalid, naming the limit,
-// before anything is allocated.
-//
-//   - MaxPartitions (65,536): partitions are the unit of parallelism, and
-//     each group runs a goroutine per partition (a few KiB of stack each);
-//     65,536 is far more than the cores of any machine can use, and their
-//     fixed cost stays in the tens of MiB.
-//   - MaxTopicMessages (16 Mi): partitions × MaxMessages, the ring slots
-//     NewTopic commits at once, 128 MiB of them. Measured on a loaded
-//     2-core machine: 130 MiB allocated in 5-330 ms for one partition of
-//     16 Mi, 188 MiB in 0.09-2.4 s for 65,536 partitions of 256, against
-//     520-640 MiB in 0.2-3.6 s at 64 Mi slots. Full, at even 100 bytes a
-//     record, 16 Mi records retain well over 2 GiB: past what an
-//     in-process log is for.
-//
-// MaxMessages alone is held to MaxTopicMessages too, so the product is
-// computed without overflow.
-const (
-	MaxPartitions    = 1 << 16
-	MaxTopicMessages = 1 << 24
-)
-
-// resolve checks c and fills its zero fields with the defaults: with
-// Retention.Resolve, the one place a topic's configuration is validated.
-func (c TopicConfig) resolve(name string) (TopicConfig, error) {
-	switch {
-	case name == "":
-		return c, fmt.Errorf("%w: empty topic name", ErrInvalid)
-	case c.Partitions < 0:
-		return c, fmt.Errorf("%w: topic %q: %d partitions", ErrInvalid, name, c.Partitions)
-	case c.Partitions > MaxPartitions:
-		return c, fmt.Errorf("%w: topic %q: %d partitions, over the limit of %d (MaxPartitions)",
-			ErrInvalid, name, c.Partitions, MaxPartitions)
-	}
-	if c.Partitions == 0 {
-		c.Partitions = 1
-	}
-	ret, err := c.Retention.Resolve()
-	if err != nil {
-		return c, fmt.Errorf("topic %q: %w", name, err)
-	}
-	c.Retention = ret
-	// Both factors are bounded above (Resolve checked MaxMessages), so the
-	// product fits in an int64.
-	if slots := int64(c.Partitions) * int64(ret.MaxMessages); slots > MaxTopicMessages {
-		return c, fmt.Errorf("%w: topic %q: %d partitions × MaxMessages %d = %d records, over the limit of %d (MaxTopicMessages)",
-			ErrInvalid, name, c.Partitions, ret.MaxMessages, slots, MaxTopicMessages)
-	}
-	if c.Partitioner == nil {
-		c.Partitioner = KeyHash()
-	}
-	return c, nil
-}
-
-// Topic is a named, fixed set of partitions and the rule that routes records
-// to them.
+// Topic is a named, fixed set of partitions. Which partition a record goes
+// to is the caller's choice (the typed layer routes).
 type Topic struct {
-	name        string
-	broker      *Broker
-	parts       []*Partition
-	partitioner Partitioner
-	free        sync.Pool // of *Record: reclaimed records, for NewRecord to reuse
-	batches     sync.Pool // of *batch: see newBatch
+	name   string
+	broker *Broker
+	parts  []*Partition
+	free   sync.Pool // of *Record: reclaimed records, for NewRecord to reuse
 }
 
-func newTopic(b *Broker, name string, cfg TopicConfig) (*Topic, error) {
-	cfg, err := cfg.resolve(name)
+func newTopic(b *Broker, name string, spec TopicSpec) (*Topic, error) {
+	spec, err := spec.Resolve(name)
 	if err != nil {
 		return nil, err
 	}
-	ret := cfg.Retention
-	t := &Topic{name: name, broker: b, partitioner: cfg.Partitioner, parts: make([]*Partition, 0, cfg.Partitions)}
+	ret := spec.Retention
+	t := &Topic{name: name, broker: b, parts: make([]*Partition, 0, spec.Partitions)}
 	seq := int(b.topicSeq.Add(1))
-	for i := range cfg.Partitions {
+	for i := range spec.Partitions {
 		part := newPartition(name, i, ret, b.ageClock, &t.free)
 		if b.ids == nil {
 			part.ids = newRecordIDs(b.idPrefix, seq, i, ret.MaxMessages)
@@ -111,12 +40,12 @@ func (t *Topic) Name() string { return t.name }
 func (t *Topic) Partitions() int { return len(t.parts) }
 
 // NewRecord returns an empty record for the caller to fill (Key, Value and
-// Headers) and give to PublishRecord. It may be a record the topic
-// reclaimed: then its Key and Value are empty slices over that record's
-// buffers (at most maxReusedBuffer bytes each), which the caller may append
-// to instead of allocating. Whoever does must be sure that nothing made from
-// the earlier record still refers to those bytes: appending is safe only
-// for a topic whose readers copy what they take from a record.
+// Headers) and give to Append. It may be a record the topic reclaimed:
+// then its Key and Value are empty slices over that record's buffers (at
+// most maxReusedBuffer bytes each), which the caller may append to instead
+// of allocating. Whoever does must be sure that nothing made from the
+// earlier record still refers to those bytes: appending is safe only for a
+// topic whose readers copy what they take from a record.
 func (t *Topic) NewRecord() *Record {
 	if rec, ok := t.free.Get().(*Record); ok {
 		return rec
@@ -124,177 +53,66 @@ func (t *Topic) NewRecord() *Record {
 	return new(Record)
 }
 
-// Publish appends a record to the partition its key routes to and returns
-// where it landed: PublishRecord of a new record holding key, value and
-// headers.
-func (t *Topic) Publish(ctx context.Context, key, value []byte, headers map[string]string) (Position, error) {
-	rec := t.NewRecord()
-	rec.Key, rec.Value, rec.Headers = key, value, headers
-	return t.PublishRecord(ctx, rec)
-}
-
-// PublishRecord appends rec, filled by the caller, to the partition its key
-// routes to and returns where it landed. It takes ownership of rec and of
-// its key and value: the caller must not touch them afterwards. Its headers
-// are copied.
+// Append stores recs, filled by the caller, at the end of partition, in
+// order, and puts the offset of recs[i] in offsets[i]. It stamps each with
+// the clock (one reading for all of them) and names it with the broker's
+// IDSource, if any, and takes ownership of it and its key, value and
+// headers. It returns how many it stored: all of them, or, with an error,
+// the first ones.
 //
 // It blocks only when the partition is full under Block (see
-// Partition.Append). A done ctx fails the publish before anything is stored.
-func (t *Topic) PublishRecord(ctx context.Context, rec *Record) (Position, error) {
-	if err := t.publishable(ctx); err != nil {
-		return Position{}, err
-	}
-	if err := t.prepare(rec, t.broker.clock.Now()); err != nil {
-		return Position{}, err
-	}
-	part := rec.log
-	var offset [1]int64
-	if _, err := part.Append(ctx, []*Record{rec}, offset[:]); err != nil {
-		return Position{}, err
-	}
-	return Position{Partition: part.index, Offset: offset[0]}, nil
-}
-
-// PublishBatch appends n records in order, each to the partition its key
-// routes to, as PublishRecord would one by one, and returns how many it
-// appended: all of them, or, with an error, the first ones. fill(i, rec)
-// fills the i-th record, a NewRecord; PublishBatch takes ownership of its
-// key and value, and copies its headers. landed, if not nil, is told where
-// each appended record landed.
-//
-// Every record is filled, and routed, before anything is appended: an error
-// from fill (returned as it is) or a partitioner that chooses no valid
-// partition fails the batch with nothing appended.
-//
-// A batch costs much less than its records published one by one: the clock
-// is read once (every record of the batch has the same Created), and each
-// run of consecutive records for one partition is appended under one lock,
-// with one wake-up for its readers. Records of one partition keep their
-// batch order; another producer's records may land between two runs. Under
-// Block the call waits for room as often as needed, each record at most
-// BlockTimeout.
-func (t *Topic) PublishBatch(ctx context.Context, n int, fill func(i int, rec *Record) error, landed func(i int, pos Position)) (int, error) {
-	if err := t.publishable(ctx); err != nil {
+// Partition.Append). A done ctx fails it before anything is stored, and so
+// does a record larger than the partition's MaxBytes.
+func (t *Topic) Append(ctx context.Context, partition int, recs []*Record, offsets []int64) (int, error) {
+	part, err := t.appendable(ctx, partition, recs)
+	if err != nil {
 		return 0, err
 	}
-	now := t.broker.clock.Now()
-	batch := t.newBatch(n)
-	defer t.releaseBatch(batch)
-	recs, offsets := batch.recs, batch.offsets
-	for i := range recs {
-		recs[i] = batch.newRecord(t)
-		if err := fill(i, recs[i]); err != nil {
-			return 0, err
-		}
-		if err := t.prepare(recs[i], now); err != nil {
-			return 0, fmt.Errorf("batch entry %d: %w", i, err)
-		}
-	}
-	appended := 0
-	for appended < len(recs) {
-		part := recs[appended].log
-		run := appended + 1
-		for run < len(recs) && recs[run].log == part {
-			run++
-		}
-		stored, freed, err := part.AppendReusing(ctx, recs[appended:run], offsets[appended:run], batch.free)
-		batch.free = freed
-		if landed != nil {
-			for i := appended; i < appended+stored; i++ {
-				landed(i, Position{Partition: part.index, Offset: offsets[i]})
-			}
-		}
-		appended += stored
-		if err != nil {
-			return appended, err
-		}
-	}
-	return appended, nil
+	return part.Append(ctx, recs, offsets)
 }
 
-// batch holds the records of a PublishBatch call and their offsets. It
-// keeps the records its appends reclaimed for the next call that uses it,
-// rather than putting them in the topic's pool one by one and taking them
-// back one by one: the pool is fast for one record at a time, but slow for
-// a batch's worth.
-type batch struct {
-	recs    []*Record
-	offsets []int64
-	free    []*Record // reclaimed, to be filled by the next call
+// AppendOne is Append of one record: it returns the record's offset.
+func (t *Topic) AppendOne(ctx context.Context, partition int, rec *Record) (int64, error) {
+	recs := [1]*Record{rec}
+	part, err := t.appendable(ctx, partition, recs[:])
+	if err != nil {
+		return 0, err
+	}
+	var offset [1]int64
+	if _, err := part.Append(ctx, recs[:], offset[:]); err != nil {
+		return 0, err
+	}
+	return offset[0], nil
 }
 
-// newRecord returns one of the batch's reclaimed records, or NewRecord's.
-func (b *batch) newRecord(t *Topic) *Record {
-	if n := len(b.free); n > 0 {
-		rec := b.free[n-1]
-		b.free[n-1] = nil
-		b.free = b.free[:n-1]
-		return rec
+// appendable checks that recs may be appended to partition and stamps and
+// names them; it returns the partition.
+func (t *Topic) appendable(ctx context.Context, partition int, recs []*Record) (*Partition, error) {
+	if partition < 0 || partition >= len(t.parts) {
+		return nil, fmt.Errorf("%w: no partition %d of %d", ErrInvalid, partition, len(t.parts))
 	}
-	return t.NewRecord()
-}
-
-// newBatch returns a batch of n, from the topic's pool when it has one big
-// enough: the log keeps the records, not the slices, so the next batch can
-// reuse them. Give it back with releaseBatch.
-func (t *Topic) newBatch(n int) *batch {
-	if b, ok := t.batches.Get().(*batch); ok && cap(b.recs) >= n {
-		b.recs, b.offsets = b.recs[:n], b.offsets[:n]
-		return b
-	}
-	return &batch{recs: make([]*Record, n), offsets: make([]int64, n), free: make([]*Record, 0, n)}
-}
-
-// maxPooledBatch bounds the slices the pool keeps, so that one huge batch
-// does not pin its buffer.
-const maxPooledBatch = 4096
-
-func (t *Topic) releaseBatch(b *batch) {
-	if cap(b.recs) > maxPooledBatch {
-		return
-	}
-	clear(b.recs)                   // the records now belong to the log
-	for len(b.free) > cap(b.recs) { // more than the next call of this size needs
-		t.free.Put(b.free[len(b.free)-1])
-		b.free[len(b.free)-1] = nil
-		b.free = b.free[:len(b.free)-1]
-	}
-	t.batches.Put(b)
-}
-
-// publishable fails a publish that cannot start: after Close began, or with
-// ctx already done.
-func (t *Topic) publishable(ctx context.Context) error {
 	if t.broker.State() != Running {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return nil, err
 	}
-	return nil
-}
-
-// prepare routes rec, stamps it and names it, and copies its headers. A
-// record too large for its partition's MaxBytes fails here, so a batch
-// with one fails before anything is appended.
-func (t *Topic) prepare(rec *Record, now time.Time) error {
-	p := t.partitioner.Partition(rec.Key, len(t.parts))
-	if p < 0 || p >= len(t.parts) {
-		return fmt.Errorf("%w: partitioner chose partition %d of %d", ErrInvalid, p, len(t.parts))
-	}
-	part := t.parts[p]
+	part := t.parts[partition]
 	if part.ret.MaxBytes > 0 {
-		if err := part.tooLarge(rec); err != nil {
-			return err
+		for _, rec := range recs {
+			if err := part.tooLarge(rec); err != nil {
+				return nil, err
+			}
 		}
 	}
-	rec.Headers = maps.Clone(rec.Headers)
-	rec.Created = now
-	rec.log = part
-	if t.broker.ids != nil {
-		rec.id = t.broker.ids.NextID()
+	now := t.broker.clock.Now()
+	for _, rec := range recs {
+		rec.Created = now
+		if t.broker.ids != nil {
+			rec.ID = t.broker.ids.NextID()
+		}
 	}
-	return nil
+	return part, nil
 }
 
 // Partition returns partition i, or nil when there is none.

@@ -21,8 +21,8 @@ func TestNoLostWakeUpUnderBlock(t *testing.T) {
 	}
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
-		topic := mustTopic(t, b, "t", TopicConfig{Retention: Retention{MaxMessages: 1, BlockTimeout: time.Minute}})
-		subscribe(t, b, "t", "g", "c", func(context.Context, *Record, int, <-chan struct{}) error { return nil })
+		topic := mustTopic(t, b, "t", TopicSpec{Retention: Retention{MaxMessages: 1, BlockTimeout: time.Minute}})
+		subscribe(t, b, "t", "g", "c", func(context.Context, *Delivery) error { return nil })
 		start := time.Now()
 		for i := range publishes {
 			if _, err := topic.Publish(context.Background(), nil, []byte{1}, nil); err != nil {

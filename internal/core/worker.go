@@ -31,12 +31,14 @@ type worker struct {
 	bell    chan struct{} // rung by the partition when records arrive; see Partition.Read
 	buf     [readBatch]*Record
 
-	readEnd int64 // the offset after the last record read
+	readEnd  int64    // the offset after the last record read
+	delivery Delivery // handed to the handler; see call
 }
 
 // startWorker starts the worker of gp for m. The caller holds g.mu.
 func startWorker(g *Group, gp *groupPartition, m *member) *worker {
 	w := &worker{g: g, gp: gp, m: m, stop: make(chan struct{}), bell: make(chan struct{}, 1)}
+	w.delivery = Delivery{Topic: g.topic.name, Partition: gp.index, Revoked: w.stop}
 	// The goroutine exits when stop is closed, after its current delivery;
 	// sooner, without committing, when the broker's handler context ends
 	// while a delivery is in flight.
@@ -170,11 +172,14 @@ func (w *worker) deliver(rec *Record) outcome {
 			kept := *rec // the letter outlives the record and its buffers: see reclaimLocked
 			kept.Key, kept.Value = bytes.Clone(rec.Key), bytes.Clone(rec.Value)
 			g.dlq.add(DeadLetter{
-				Record:   &kept,
-				Group:    g.name,
-				Attempts: attempt,
-				Err:      err,
-				FailedAt: g.broker.clock.Now(),
+				Record:    &kept,
+				ID:        w.delivery.ID,
+				Topic:     w.delivery.Topic,
+				Partition: w.delivery.Partition,
+				Group:     g.name,
+				Attempts:  attempt,
+				Err:       err,
+				FailedAt:  g.broker.clock.Now(),
 			})
 			gp.retryOffset, gp.attempts = -1, 0
 			gp.setState(DeadLettered)
@@ -197,12 +202,22 @@ func (w *worker) deliver(rec *Record) outcome {
 	}
 }
 
-// call runs the handler, turning a panic into a *PanicError.
+// call runs the handler, turning a panic into a *PanicError. The delivery
+// it hands over is the worker's own, refilled per call: the handler may not
+// keep it.
 func (w *worker) call(rec *Record, attempt int) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return w.m.handler(w.g.broker.handlerCtx, rec, attempt, w.stop)
+	d := &w.delivery
+	d.Record, d.Attempt = rec, attempt
+	switch {
+	case rec.ID != "":
+		d.ID = rec.ID
+	case w.gp.part.ids != nil:
+		d.ID = w.gp.part.ids.id(rec.Offset)
+	}
+	return w.m.handler(w.g.broker.handlerCtx, d)
 }

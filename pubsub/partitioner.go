@@ -1,4 +1,4 @@
-package core
+package pubsub
 
 import (
 	"encoding/binary"
@@ -7,11 +7,21 @@ import (
 	"sync/atomic"
 )
 
-// Partitioner picks the partition of a record from its encoded key (nil for
-// a keyless record). It is called from every publishing goroutine at once and
-// must return a value in [0, partitions).
+// Partitioner picks a record's partition from its encoded key (nil for a
+// keyless record). Partition is called from every publishing goroutine at
+// once and must return a value in [0, partitions); anything else fails the
+// publish with ErrInvalid.
+//
+// Routing happens here, above the engine, so a key lands on the same
+// partition whatever engine stores the topic.
 type Partitioner interface {
 	Partition(key []byte, partitions int) int
+}
+
+// WithPartitioner sets the partitioner, overriding KeyHash. A nil
+// Partitioner keeps KeyHash.
+func WithPartitioner(p Partitioner) TopicOption {
+	return topicOptionFunc(func(c *topicConfig) { c.partitioner = p })
 }
 
 // hashKey is the key hash every keyed partitioner uses: CRC-32 (IEEE) of the
@@ -58,8 +68,9 @@ var ieeeSlicing8 = func() (t [8][256]uint32) {
 
 type keyHash struct{ keyless roundRobin }
 
-// KeyHash sends a keyed record to CRC-32(key) mod partitions and spreads
-// keyless records round robin. It is the default.
+// KeyHash sends a keyed record to CRC-32 (IEEE) of its encoded key mod the
+// partition count, the same in every process, release and engine, and
+// spreads keyless records round robin. It is the default.
 func KeyHash() Partitioner { return &keyHash{} }
 
 func (k *keyHash) Partition(key []byte, partitions int) int {
@@ -71,9 +82,9 @@ func (k *keyHash) Partition(key []byte, partitions int) int {
 
 type roundRobin struct{ next atomic.Uint64 }
 
-// RoundRobin spreads records evenly and ignores keys, so records with equal
-// keys are no longer ordered relative to each other. Use it when no order
-// matters.
+// RoundRobin spreads records evenly over the partitions and ignores keys, so
+// records with equal keys are no longer ordered relative to each other. Use
+// it when no order matters.
 func RoundRobin() Partitioner { return &roundRobin{} }
 
 func (r *roundRobin) Partition(_ []byte, partitions int) int {

@@ -1,4 +1,4 @@
-package core
+package engine
 
 import (
 	"errors"
@@ -6,8 +6,8 @@ import (
 	"strings"
 )
 
-// The sentinel errors of the engine. The typed API re-exports these very
-// values, so errors.Is works across the boundary; every place that returns one
+// The sentinel errors. The typed API re-exports these very values, so
+// errors.Is works across the boundary, and every engine returns them; every place that returns one
 // wraps it with the topic, partition, offset or group it concerns. Their
 // texts carry no "logbus:" prefix: the typed API puts it once at the front
 // of every error it returns.

@@ -1,0 +1,58 @@
+package engine
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestRetryPolicyDelay(t *testing.T) {
+	p, err := RetryPolicy{BaseDelay: 10 * time.Millisecond, Multiplier: 3, MaxDelay: 200 * time.Millisecond}.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for attempt, want := range map[int]time.Duration{
+		1: 10 * time.Millisecond, 2: 30 * time.Millisecond, 3: 90 * time.Millisecond,
+		4: 200 * time.Millisecond, 100: 200 * time.Millisecond, 5000: 200 * time.Millisecond,
+	} {
+		if got := p.Delay(attempt); got != want {
+			t.Errorf("Delay(%d) = %v, want %v", attempt, got, want)
+		}
+	}
+}
+
+func TestRetryPolicyResolve(t *testing.T) {
+	got, err := RetryPolicy{}.Resolve()
+	want := RetryPolicy{DefaultMaxAttempts, DefaultBaseDelay, DefaultMultiplier, DefaultMaxDelay}
+	if err != nil || got != want {
+		t.Errorf("zero policy resolves to %+v, %v; want %+v", got, err, want)
+	}
+	for name, bad := range map[string]RetryPolicy{
+		"negative attempts":   {MaxAttempts: -1},
+		"negative base":       {BaseDelay: -1},
+		"negative max":        {MaxDelay: -1},
+		"shrinking multplier": {Multiplier: 0.5},
+	} {
+		if _, err := bad.Resolve(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+func TestRetentionResolve(t *testing.T) {
+	got, err := Retention{}.Resolve()
+	if err != nil || got.MaxMessages != DefaultMaxMessages || got.BlockTimeout != DefaultBlockTimeout || got.OnFull != Block {
+		t.Errorf("zero retention resolves to %+v, %v", got, err)
+	}
+	for name, bad := range map[string]Retention{
+		"negative capacity": {MaxMessages: -1},
+		"negative age":      {MaxAge: -time.Second},
+		"negative timeout":  {BlockTimeout: -time.Second},
+		"unknown policy":    {OnFull: FullPolicy(7)},
+	} {
+		if _, err := bad.Resolve(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", name, err)
+		}
+	}
+}
+

@@ -1,0 +1,155 @@
+// Package engine is the boundary between logbus's typed API (package pubsub)
+// and the engines that store and deliver records: the in-memory log
+// (internal/core) and any other, such as a distributed one in a module of
+// its own. Everything that crosses it is here: the interfaces an engine
+// implements, and the plain data that passes through them (records,
+// configurations, counters, dead letters, errors).
+//
+// The typed layer above owns everything that is the same for every engine:
+// codecs, routing a key to a partition (so a key lands on the same
+// partition whatever the engine), splitting a batch into runs per
+// partition, and turning records into typed messages. An engine owns the
+// log: offsets, retention, groups, delivery, retries, dead letters.
+//
+// Calls that may block or cross a network take a context and return an
+// error. Reads of counters and positions (Stats, Lag, Committed,
+// Assignment, DeadLetters) are snapshots an engine may serve from what it
+// last observed, and say so in its documentation.
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// Engine creates topics and groups and owns their lifecycle. Its methods
+// are safe for concurrent use.
+type Engine interface {
+	// Capabilities says which of the promises that only some engines keep
+	// this one keeps.
+	Capabilities() Capabilities
+	// CreateTopic creates a topic. A name already taken is ErrTopicExists;
+	// a spec the engine cannot honour, ErrInvalid.
+	CreateTopic(ctx context.Context, name string, spec TopicSpec) (Topic, error)
+	// Subscribe adds consumer to group on topic, creating the group with
+	// spec on first use; joining with another spec is ErrSubscription.
+	// onLeave, when not nil, is called once the consumer has left and no
+	// delivery to it is in flight, by Leave or by Close.
+	Subscribe(ctx context.Context, topic, group, consumer string, h Handler, onLeave func(), spec GroupSpec) (Group, error)
+	// Group returns an existing group: ErrTopicNotFound or ErrSubscription
+	// when there is none.
+	Group(ctx context.Context, topic, group string) (Group, error)
+	// Drain returns nil once every group has committed every record
+	// published before the call; ErrStalled at once for a group with lag
+	// that cannot move; ctx's error, wrapped, when ctx ends first.
+	Drain(ctx context.Context) error
+	// Close refuses new work, drains what can be drained, stops every
+	// delivery and returns by the time ctx ends (plus a short grace),
+	// reporting what was left in a *ShutdownError.
+	Close(ctx context.Context) error
+	// State is the engine's lifecycle stage.
+	State() State
+}
+
+// Topic is a named, fixed set of partitions.
+type Topic interface {
+	Name() string
+	Partitions() int
+	// NewRecord returns an empty record to fill and Append. An engine may
+	// hand out a record it reclaimed: its Key and Value are then empty
+	// slices over buffers the caller may append to, up to their capacity,
+	// instead of allocating.
+	NewRecord() *Record
+	// Append stores recs at the end of partition, in order, and puts the
+	// offset of recs[i] in offsets[i] (as long as recs). It returns how
+	// many it stored: all, or with an error the first n. It blocks only
+	// when the partition is full under Block, as Retention says. The
+	// records and their bytes belong to the engine afterwards; the caller
+	// must not touch them. Headers are the caller's to copy beforehand.
+	Append(ctx context.Context, partition int, recs []*Record, offsets []int64) (int, error)
+	// AppendOne is Append of one record, returning its offset: the path of
+	// every Publish, kept free of the slices an interface call would make
+	// escape.
+	AppendOne(ctx context.Context, partition int, rec *Record) (int64, error)
+	// Stats returns every partition's counters, by partition.
+	Stats() []PartitionStats
+}
+
+// Group is a consumer group on one topic.
+type Group interface {
+	Name() string
+	Leave(ctx context.Context, consumer string) error
+	Assignment() map[string][]int
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+	Seek(ctx context.Context, partition int, offset int64) error
+	Replay(ctx context.Context, from Start) error
+	Committed(partition int) int64
+	Lag() int64
+	Stats() GroupStats
+	DeadLetters() []DeadLetter
+}
+
+// Record is one record of a partition's log, as an engine stores it. While
+// it is retained it is shared by every group and must not be written to.
+type Record struct {
+	Offset  int64
+	Key     []byte // nil for a keyless record
+	Value   []byte
+	Headers map[string]string // nil when there were none
+	Created time.Time
+	// ID is the record's ID when the publisher set one (an IDSource);
+	// empty when the engine names it (Delivery.ID has it either way).
+	ID string
+}
+
+// Delivery is one attempt to deliver a record to a consumer. The engine
+// fills it and hands it to the consumer's Handler; it, and the Record it
+// points to, are valid until the handler returns.
+type Delivery struct {
+	Topic     string
+	Partition int
+	ID        string // unique per record, the same for every group and attempt
+	Record    *Record
+	Attempt   int // 1 on the first delivery to this group in its current epoch
+	// Revoked is closed when the group wants the partition back: a pause,
+	// a seek or replay, a rebalance that moves it, or Close. A handler
+	// that has not yet handed the record to anyone may give it back at
+	// once by returning ErrNotDelivered.
+	Revoked <-chan struct{}
+}
+
+// Handler processes one delivery: nil acks it, an error (or a panic) is a
+// failed attempt, and ErrAbandoned or ErrNotDelivered give it back
+// unsettled. Calls for one partition never overlap. ctx ends only when
+// Close gives up on draining.
+type Handler func(ctx context.Context, d *Delivery) error
+
+// Capabilities is a set of Capability.
+type Capabilities uint32
+
+// Has reports whether c has every capability of want.
+func (c Capabilities) Has(want Capabilities) bool { return c&want == want }
+
+// The promises that only some engines keep. An option that needs one an
+// engine lacks is an error wrapping ErrInvalid, never silently different
+// behaviour.
+const (
+	// InjectedClock: the engine stamps records, trims by age and dates dead
+	// letters with Config.Clock.
+	InjectedClock Capabilities = 1 << iota
+	// CustomIDs: the engine names records with Config.IDs.
+	CustomIDs
+	// ExactBlock: Block waits for the slowest group to commit, at most
+	// BlockTimeout per record, then fails with ErrBackpressure naming it.
+	ExactBlock
+	// ReclaimOnCommit: a full partition frees a record once every group
+	// has committed past it, and NewRecord hands out its buffers.
+	ReclaimOnCommit
+	// GiveBack: a delivery given back with ErrNotDelivered counts no
+	// attempt.
+	GiveBack
+	// VirtualTime: the engine runs inside a testing/synctest bubble, so
+	// its waits (backoff, BlockTimeout) are exact in virtual time.
+	VirtualTime
+)
