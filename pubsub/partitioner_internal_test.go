@@ -66,4 +66,3 @@ func TestStickyFillsABatchThenMoves(t *testing.T) {
 		t.Errorf("sticky routes a keyed record to %d, key hash to %d", a, b)
 	}
 }
-

@@ -55,4 +55,3 @@ func TestRetentionResolve(t *testing.T) {
 		}
 	}
 }
-
