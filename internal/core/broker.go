@@ -179,25 +179,6 @@ func (b *Broker) Group(name, topic string) (*Group, error) {
 	return g, nil
 }
 
-// Lag returns how many records of topic the group has yet to commit.
-func (b *Broker) Lag(group, topic string) (int64, error) {
-	g, err := b.Group(group, topic)
-	if err != nil {
-		return 0, err
-	}
-	return g.Lag(), nil
-}
-
-// Replay moves the group's cursors on every partition of topic; see
-// Group.Replay.
-func (b *Broker) Replay(ctx context.Context, group, topic string, from Start) error {
-	g, err := b.Group(group, topic)
-	if err != nil {
-		return err
-	}
-	return g.Replay(ctx, from)
-}
-
 // Drain blocks until every group has committed every record published so
 // far, and returns nil. A group with lag that cannot make progress (paused,
 // or without consumers) makes it return at once an error wrapping

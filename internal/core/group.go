@@ -385,17 +385,6 @@ func (g *Group) Assignment() map[string][]int {
 	return out
 }
 
-// Members returns the members' names in join order.
-func (g *Group) Members() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	names := make([]string, len(g.members))
-	for i, m := range g.members {
-		names[i] = m.name
-	}
-	return names
-}
-
 // Pause stops the group's deliveries after the ones in flight; the records
 // stay in the log and the offsets where they are. The group is paused at
 // once; Pause waits for the deliveries in flight until ctx ends, and then
@@ -428,13 +417,6 @@ func (g *Group) Resume(context.Context) error {
 	g.startLocked()
 	g.broker.notifyProgress() // Drain may have been told the group stalled
 	return nil
-}
-
-// Paused reports whether the group is paused.
-func (g *Group) Paused() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.paused
 }
 
 func (g *Group) signalLocked(match func(*groupPartition) bool) {

@@ -252,3 +252,21 @@ func (t *Topic) PublishBatch(ctx context.Context, n int, fill func(i int, rec *R
 	}
 	return n, nil
 }
+
+// lagOf is the lag of group on topic.
+func lagOf(b *Broker, group, topic string) (int64, error) {
+	g, err := b.Group(group, topic)
+	if err != nil {
+		return 0, err
+	}
+	return g.Lag(), nil
+}
+
+// replayGroup replays group on topic from start.
+func replayGroup(b *Broker, group, topic string, from Start) error {
+	g, err := b.Group(group, topic)
+	if err != nil {
+		return err
+	}
+	return g.Replay(context.Background(), from)
+}
