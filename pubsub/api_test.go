@@ -70,6 +70,8 @@ var (
 	_ error                                                                                                                          = (*pubsub.ShutdownError)(nil)
 	_ error                                                                                                                          = (*pubsub.PanicError)(nil)
 	_ func(*pubsub.Topic[string, int], pubsub.Message[int]) (string, error)                                                          = (*pubsub.Topic[string, int]).Key
+	_ func(pubsub.Engine) pubsub.BrokerOption                                                                                        = pubsub.WithEngine
+	_ func() pubsub.Engine                                                                                                           = pubsub.InMemory
 	_ func() codec.Codec[[]byte]                                                                                                     = codec.Bytes
 	_ func() codec.Codec[string]                                                                                                     = codec.String
 	_ func() codec.Codec[int]                                                                                                        = codec.JSON[int]
