@@ -377,9 +377,10 @@ func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int
 	if ctx == nil {
 		return nil, fail(errNilContext, "publish batch to topic %q", t.Name())
 	}
-	recs := make([]*engine.Record, n)
+	scratch := getBatchScratch(n)
+	defer putBatchScratch(scratch)
+	recs, offsets := scratch.recs, scratch.offsets
 	positions := make([]Position, n)
-	offsets := make([]int64, n)
 	for i := range recs {
 		rec := t.eng.NewRecord()
 		recs[i] = rec
@@ -409,6 +410,36 @@ func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int
 		start = end
 	}
 	return positions, nil
+}
+
+// batchScratch is what a batch publish needs only while it runs: its
+// records until the engine takes them, and their offsets. Pooled, since a
+// batch is published by a call per batch and the slices are as long as it.
+type batchScratch struct {
+	recs    []*engine.Record
+	offsets []int64
+}
+
+var batchScratches sync.Pool // of *batchScratch
+
+// maxPooledBatch bounds the slices the pool keeps, so that one huge batch
+// does not pin them.
+const maxPooledBatch = 4096
+
+func getBatchScratch(n int) *batchScratch {
+	if s, ok := batchScratches.Get().(*batchScratch); ok && cap(s.recs) >= n {
+		s.recs, s.offsets = s.recs[:n], s.offsets[:n]
+		return s
+	}
+	return &batchScratch{recs: make([]*engine.Record, n), offsets: make([]int64, n)}
+}
+
+func putBatchScratch(s *batchScratch) {
+	if cap(s.recs) > maxPooledBatch {
+		return
+	}
+	clear(s.recs) // the records belong to the engine now
+	batchScratches.Put(s)
 }
 
 // applyPublishOptions is apart from publish so that the config, which the
