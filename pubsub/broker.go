@@ -78,7 +78,9 @@ func WithIDs(ids IDSource) BrokerOption {
 type RetryPolicy struct {
 	// MaxAttempts is how many deliveries a record gets, the first included,
 	// before it is dead-lettered. Default 3; 1 means no retries; negative is
-	// ErrInvalid.
+	// ErrInvalid. A delivery that a closing Stream gave back unsettled is
+	// numbered like an attempt (Message.Attempt counts on) but failed
+	// nothing, so the record may be delivered again even past MaxAttempts.
 	MaxAttempts int
 	// BaseDelay is the wait after the first failure. Default 10ms.
 	BaseDelay time.Duration

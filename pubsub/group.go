@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"maps"
+	"sync"
 	"time"
 
 	"github.com/logbus/logbus/codec"
@@ -221,6 +222,35 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 type Group[V any] struct {
 	eng    engine.Group
 	values codec.Codec[V]
+
+	mu sync.Mutex
+	// streams are the group's Streams that have not left, by consumer
+	// name, so that a Stream leaves only as itself: after Leave removed
+	// its consumer, Close must not remove another that took the name.
+	streams map[string]any
+}
+
+// joined records s as the Stream of consumer.
+func (g *Group[V]) joined(consumer string, s any) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.streams == nil {
+		g.streams = make(map[string]any)
+	}
+	g.streams[consumer] = s
+}
+
+// left forgets the Stream of consumer, if it is s (or any, for s nil), and
+// reports whether it was.
+func (g *Group[V]) left(consumer string, s any) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	cur, ok := g.streams[consumer]
+	if !ok || s != nil && cur != s {
+		return false
+	}
+	delete(g.streams, consumer)
+	return true
 }
 
 // Name returns the group's name.
@@ -236,6 +266,7 @@ func (g *Group[V]) Leave(ctx context.Context, consumer string) error {
 	if ctx == nil {
 		return fail(errNilContext, "leave group %q", g.Name())
 	}
+	g.left(consumer, nil)
 	return fail(g.eng.Leave(ctx, consumer), "leave group %q", g.Name())
 }
 

@@ -112,6 +112,7 @@ func (t *Topic[K, V]) Stream(group, consumer string, opts ...SubscribeOption) (*
 		return nil, err
 	}
 	s.group = g
+	g.joined(consumer, s)
 	return s, nil
 }
 
@@ -143,8 +144,11 @@ func (s *Stream[V]) Group() *Group[V] { return s.group }
 func (s *Stream[V]) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
-		if err := s.group.Leave(context.Background(), s.consumer); err != nil && !errors.Is(err, ErrClosed) {
-			s.closeErr = err
+		if !s.group.left(s.consumer, s) {
+			return // Group.Leave removed it already
+		}
+		if err := s.group.eng.Leave(context.Background(), s.consumer); err != nil && !errors.Is(err, ErrClosed) {
+			s.closeErr = fail(err, "close stream %q of group %q", s.consumer, s.group.Name())
 		}
 	})
 	return s.closeErr

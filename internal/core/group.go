@@ -127,6 +127,13 @@ func (gp *groupPartition) ack(more bool) {
 	}
 }
 
+// unack takes back the last ack: its commit failed, so the record counts
+// as not delivered (see deliverBatch).
+func (gp *groupPartition) unack() {
+	gp.acks--
+	gp.setState(Pending)
+}
+
 // showAck stores the state Acked if progress does not show every ack yet.
 func (gp *groupPartition) showAck() {
 	if gp.progress.Load()>>8 != gp.acks {

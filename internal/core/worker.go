@@ -95,7 +95,8 @@ func (w *worker) deliverBatch(recs []*Record) bool {
 	gp, cursor := w.gp, w.gp.cursor
 	defer gp.showAck() // an early return leaves no ack unshown
 	for i, rec := range recs {
-		switch w.deliver(rec) {
+		out := w.deliver(rec)
+		switch out {
 		case interrupted:
 			return false // no commit: the record is delivered again later
 		case evicted:
@@ -108,7 +109,13 @@ func (w *worker) deliverBatch(recs []*Record) bool {
 		// Once committed, rec may be reused for another record: see Record.
 		next := rec.Offset + 1
 		if !cursor.Commit(next-1, next) {
-			return true // the cursor moved under us; cannot happen while seeks stop us first
+			// Close sealed the cursor while the handler ran: the record is
+			// not delivered, so its ack does not count either. (A seek
+			// cannot move the cursor under a running worker.)
+			if out == acked {
+				gp.unack()
+			}
+			return false
 		}
 		w.committed(next)
 		if w.stopping() {
