@@ -173,10 +173,26 @@
 // "logbus: " and the call's own verb. ShutdownError, PanicError and
 // DecodeError carry details for errors.AsType.
 //
+// # Engines
+//
+// The typed API sits on an engine that stores the log and delivers it. The
+// default, [pubsub.InMemory], keeps every promise above exactly. Another
+// engine is chosen with [pubsub.WithEngine], and the code that publishes and
+// handles stays the same: codecs, routing (a key lands on the same partition
+// whatever the engine), Message, Stream and the errors are the typed
+// layer's. Some promises only some engines can keep (an injected clock,
+// custom IDs, Block that waits for the slowest group's commit, records
+// freed on commit, a give-back that counts no attempt); an engine declares
+// which it keeps, and asking one for an option it cannot honour is
+// ErrInvalid, never silently different behaviour. The conformance suite in
+// pubsubtest checks an engine against the rest.
+//
 // # What is not promised
 //
-//   - Durability: the log lives in memory and is gone with the process.
-//   - Anything across processes: one broker serves one process.
+//   - Durability, with the default engine: the log lives in memory and is
+//     gone with the process.
+//   - Anything across processes, with the default engine: one broker
+//     serves one process.
 //   - Exactly-once: at-least-once plus an idempotent handler is the way.
 //   - Order across partitions, or across topics.
 //   - Timestamps finer than the default clock's millisecond (see Time).
