@@ -269,10 +269,19 @@ func closeCases() []confCase {
 			b := c.broker()
 			topic := c.topic(b, "orders")
 			gt := newGate(c, false)
-			subscribe(c, topic, "billing", "b1", gt.handler())
+			subscribe(c, topic, "ignores", "i1", gt.handler())
+			// A handler that honours its context: cancelled when Close's
+			// context ends, it returns within the grace, so it is no longer
+			// running when Close returns.
+			var cancelledAfter time.Duration
+			start := time.Now()
+			subscribe(c, topic, "honours", "h1", pubsub.HandlerFunc[string](func(ctx context.Context, _ pubsub.Message[string]) error {
+				<-ctx.Done()
+				cancelledAfter = time.Since(start)
+				return ctx.Err()
+			}))
 			publishValue(c, topic, "o1")
 			c.settle()
-			start := time.Now()
 			closed := make(chan error, 1)
 			go func() { closed <- b.Close(c.within(100 * time.Millisecond)) }()
 			c.settle()
@@ -285,8 +294,19 @@ func closeCases() []confCase {
 			if took := time.Since(start); took < 100*time.Millisecond || took > 110*time.Millisecond {
 				c.Errorf("Close took %v, want between 100ms and 100ms + 10ms", took)
 			}
-			if se, ok := errors.AsType[*pubsub.ShutdownError](err); !ok || len(se.Unfinished) != 1 || !se.Unfinished[0].Running {
-				c.Errorf("Close: got %v, want a ShutdownError naming the running handler", err)
+			if cancelledAfter != 100*time.Millisecond {
+				c.Errorf("the handlers' context ended %v after Close began, want when Close's did, after 100ms", cancelledAfter)
+			}
+			se, ok := errors.AsType[*pubsub.ShutdownError](err)
+			if !ok {
+				c.Fatalf("Close: got %v, want a *pubsub.ShutdownError", err)
+			}
+			want := []pubsub.Unfinished{
+				{Group: "honours", Topic: "orders", Partition: 0, Committed: 0, End: 1},
+				{Group: "ignores", Topic: "orders", Partition: 0, Committed: 0, End: 1, Running: true},
+			}
+			if !slices.Equal(se.Unfinished, want) {
+				c.Errorf("Unfinished: got %+v, want %+v", se.Unfinished, want)
 			}
 			gt.open()
 		}},
