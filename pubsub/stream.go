@@ -137,8 +137,9 @@ func (s *Stream[V]) Group() *Group[V] { return s.group }
 
 // Close leaves the group. Deliveries not yet acked or nacked are given back
 // without counting as failures and go, with the stream's partitions, to the
-// group's remaining consumers (or to the next one to join); deliveries
-// already settled stand. C is closed when Close returns. Close waits only
+// group's remaining consumers (or to the next one to join): one the caller
+// had received comes again with Attempt one higher, one still unread with
+// the same Attempt. Deliveries already settled stand. C is closed when Close returns. Close waits only
 // for the stream's own hand-over code to notice, never for the caller.
 // Close is idempotent; after Broker.Close it does nothing.
 func (s *Stream[V]) Close() error {

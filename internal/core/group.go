@@ -198,7 +198,7 @@ func (g *Group) Join(name string, h Handler, onLeave func(), cfg GroupSpec) erro
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.stopped || g.broker.State() != Running {
-		return fmt.Errorf("%w: join group %q", ErrClosed, g.name)
+		return ErrClosed
 	}
 	if g.memberLocked(name) != nil {
 		return fmt.Errorf("%w: group %q already has consumer %q", ErrSubscription, g.name, name)
@@ -217,7 +217,7 @@ func (g *Group) Leave(ctx context.Context, name string) error {
 	g.mu.Lock()
 	if g.stopped {
 		g.mu.Unlock()
-		return fmt.Errorf("%w: leave group %q", ErrClosed, g.name)
+		return ErrClosed
 	}
 	m := g.memberLocked(name)
 	if m == nil {
@@ -234,8 +234,8 @@ func (g *Group) Leave(ctx context.Context, name string) error {
 	}
 	err := g.waitLocked(ctx, func() bool { return m.gone })
 	if err != nil {
-		err = fmt.Errorf("leave group %q: consumer %q still has deliveries in flight on %s: %w",
-			g.name, name, g.partitionsLocked(func(gp *groupPartition) bool { return gp.w != nil && gp.w.m == m }), err)
+		err = fmt.Errorf("consumer %q still has deliveries in flight on %s: %w",
+			name, g.partitionsLocked(func(gp *groupPartition) bool { return gp.w != nil && gp.w.m == m }), err)
 	}
 	g.mu.Unlock()
 	g.broker.notifyProgress() // a group without members no longer holds Drain up
@@ -407,8 +407,8 @@ func (g *Group) Pause(ctx context.Context) error {
 	g.signalLocked(func(*groupPartition) bool { return true })
 	g.broker.notifyProgress() // a paused group no longer holds Drain up
 	if err := g.waitLocked(ctx, g.noWorkerLocked(func(*groupPartition) bool { return true })); err != nil {
-		return fmt.Errorf("pause group %q: deliveries still in flight on %s: %w",
-			g.name, g.partitionsLocked(func(gp *groupPartition) bool { return gp.w != nil }), err)
+		return fmt.Errorf("deliveries still in flight on %s: %w",
+			g.partitionsLocked(func(gp *groupPartition) bool { return gp.w != nil }), err)
 	}
 	return nil
 }
@@ -480,7 +480,7 @@ func (g *Group) reposition(ctx context.Context, match func(*groupPartition) bool
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.stopped {
-		return fmt.Errorf("%w: group %q", ErrClosed, g.name)
+		return ErrClosed
 	}
 	for _, gp := range g.parts {
 		if match(gp) {
@@ -490,17 +490,15 @@ func (g *Group) reposition(ctx context.Context, match func(*groupPartition) bool
 	g.signalLocked(match)
 	err := g.waitLocked(ctx, g.noWorkerLocked(match))
 	if err != nil {
-		err = fmt.Errorf("group %q: moved nothing: deliveries still in flight on %s: %w",
-			g.name, g.partitionsLocked(func(gp *groupPartition) bool { return match(gp) && gp.w != nil }), err)
+		err = fmt.Errorf("moved nothing: deliveries still in flight on %s: %w",
+			g.partitionsLocked(func(gp *groupPartition) bool { return match(gp) && gp.w != nil }), err)
 	}
 	for _, gp := range g.parts {
 		if !match(gp) {
 			continue
 		}
 		if err == nil && !g.stopped {
-			if err = move(gp); err != nil {
-				err = fmt.Errorf("group %q: %w", g.name, err)
-			}
+			err = move(gp)
 			gp.retryOffset, gp.attempts = -1, 0
 		}
 		gp.holds--

@@ -10,6 +10,7 @@
 //     for it (WaitFor), and fails on demand (FailWith).
 //   - Clock is a clock the test moves by hand, for what the broker stamps
 //     and trims by time.
+//   - RunConformance checks a broker engine against every documented guarantee.
 //
 // # Time
 //

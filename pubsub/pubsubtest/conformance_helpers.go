@@ -1,0 +1,376 @@
+package pubsubtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/logbus/logbus/codec"
+	"github.com/logbus/logbus/pubsub"
+)
+
+// failureBound bounds every wait of the suite that a correct engine ends
+// sooner: a stuck engine fails the subtest after it instead of hanging.
+// Inside a bubble it is virtual, and expires at once when nothing else can
+// happen.
+const failureBound = 10 * time.Second
+
+// shortWait is a context deadline, or a BlockTimeout, that must expire:
+// short, since in real time the subtest waits it out.
+const shortWait = 20 * time.Millisecond
+
+// conf is one conformance subtest: its t, the engine under test, and
+// whether it runs in a bubble.
+type conf struct {
+	*testing.T
+	e      Engine
+	bubble bool
+	bound  context.Context // ends failureBound after the subtest began
+}
+
+func newConf(t *testing.T, e Engine, bubble bool) *conf {
+	c := &conf{T: t, e: e, bubble: bubble}
+	c.bound = c.within(failureBound)
+	return c
+}
+
+// broker builds a broker of the engine under test.
+func (c *conf) broker(opts ...pubsub.BrokerOption) *pubsub.Broker {
+	c.Helper()
+	b := c.e.NewBroker(c.T, opts...)
+	if b == nil {
+		c.Fatalf("engine %q: NewBroker returned nil", c.e.Name)
+	}
+	return b
+}
+
+// ctx returns a context that ends only when the subtest has run for
+// failureBound: long after a correct engine is done.
+func (c *conf) ctx() context.Context { return c.bound }
+
+// within returns a context that ends after d.
+func (c *conf) within(d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	c.Cleanup(cancel)
+	return ctx
+}
+
+// settle waits, inside a bubble, until every goroutine of the bubble is
+// blocked, so that what the subtest checks next is the state the engine
+// settled in. In real time it does nothing: a subtest calls it only where
+// its checks hold whether or not the engine has settled yet, and the bubble
+// just makes them sharper.
+func (c *conf) settle() {
+	if c.bubble {
+		synctest.Wait()
+	}
+}
+
+// drain waits until b's groups committed everything, failing the subtest
+// if b.Drain says otherwise.
+func (c *conf) drain(b *pubsub.Broker) {
+	c.Helper()
+	if err := b.Drain(c.ctx()); err != nil {
+		c.Fatalf("Drain: %v", err)
+	}
+}
+
+// wantIs fails the subtest unless err wraps every target.
+func (c *conf) wantIs(what string, err error, targets ...error) {
+	c.Helper()
+	if err == nil {
+		c.Errorf("%s: got nil, want an error wrapping %v", what, targets)
+		return
+	}
+	for _, target := range targets {
+		if !errors.Is(err, target) {
+			c.Errorf("%s: got %v, want an error wrapping %v", what, err, target)
+		}
+	}
+}
+
+// topic creates a topic of string keys and values.
+func (c *conf) topic(b *pubsub.Broker, name string, opts ...pubsub.TopicOption) *pubsub.Topic[string, string] {
+	c.Helper()
+	return newTopic(c, b, name, codec.String(), codec.String(), opts...)
+}
+
+func newTopic[K, V any](c *conf, b *pubsub.Broker, name string, keys codec.Codec[K], values codec.Codec[V], opts ...pubsub.TopicOption) *pubsub.Topic[K, V] {
+	c.Helper()
+	topic, err := pubsub.NewTopic(b, name, keys, values, opts...)
+	if err != nil {
+		c.Fatalf("NewTopic(%q): %v", name, err)
+	}
+	return topic
+}
+
+func publish[K, V any](c *conf, topic *pubsub.Topic[K, V], key K, value V, opts ...pubsub.PublishOption) pubsub.Position {
+	c.Helper()
+	pos, err := topic.Publish(c.ctx(), key, value, opts...)
+	if err != nil {
+		c.Fatalf("Publish(%v, %v): %v", key, value, err)
+	}
+	return pos
+}
+
+func publishValue[K, V any](c *conf, topic *pubsub.Topic[K, V], value V) pubsub.Position {
+	c.Helper()
+	pos, err := topic.PublishValue(c.ctx(), value)
+	if err != nil {
+		c.Fatalf("PublishValue(%v): %v", value, err)
+	}
+	return pos
+}
+
+func subscribe[K, V any](c *conf, topic *pubsub.Topic[K, V], group, consumer string, h pubsub.Handler[V], opts ...pubsub.SubscribeOption) *pubsub.Group[V] {
+	c.Helper()
+	g, err := topic.Subscribe(group, consumer, h, opts...)
+	if err != nil {
+		c.Fatalf("Subscribe(%q, %q): %v", group, consumer, err)
+	}
+	return g
+}
+
+func stream[K, V any](c *conf, topic *pubsub.Topic[K, V], group, consumer string, opts ...pubsub.SubscribeOption) *pubsub.Stream[V] {
+	c.Helper()
+	s, err := topic.Stream(group, consumer, opts...)
+	if err != nil {
+		c.Fatalf("Stream(%q, %q): %v", group, consumer, err)
+	}
+	return s
+}
+
+// recv returns the stream's next delivery, failing the subtest if C closes
+// or nothing comes within failureBound.
+func recv[V any](c *conf, s *pubsub.Stream[V]) *pubsub.Delivery[V] {
+	c.Helper()
+	select {
+	case d, ok := <-s.C():
+		if !ok {
+			c.Fatal("Stream.C: got closed, want a delivery")
+		}
+		return d
+	case <-c.ctx().Done():
+		c.Fatalf("Stream.C: got nothing within %v, want a delivery", failureBound)
+	}
+	return nil
+}
+
+// noDelivery fails the subtest if a delivery is waiting on C (after the
+// engine settled, in a bubble).
+func noDelivery[V any](c *conf, s *pubsub.Stream[V]) {
+	c.Helper()
+	c.settle()
+	select {
+	case d, ok := <-s.C():
+		if ok {
+			c.Fatalf("Stream.C: got %v (partition %d offset %d), want nothing", d.Value, d.Partition, d.Offset)
+		}
+		c.Fatal("Stream.C: got closed, want open and empty")
+	default:
+	}
+}
+
+// waitClosed waits for C to close, failing the subtest if a delivery comes
+// first or C stays open for failureBound.
+func waitClosed[V any](c *conf, s *pubsub.Stream[V]) {
+	c.Helper()
+	select {
+	case d, ok := <-s.C():
+		if ok {
+			c.Fatalf("Stream.C: got a delivery (%v at offset %d), want it closed", d.Value, d.Offset)
+		}
+	case <-c.ctx().Done():
+		c.Fatalf("Stream.C: still open after %v, want it closed", failureBound)
+	}
+}
+
+func waitFor[V any](c *conf, r *Recorder[V], n int) {
+	c.Helper()
+	if err := r.WaitFor(c.ctx(), n); err != nil {
+		c.Fatal(err)
+	}
+}
+
+// gate is a handler that holds every delivery until the subtest releases
+// it: a group that commits nothing meanwhile. Build it after the broker:
+// its cleanup, which releases it, then runs before the broker's Close.
+type gate struct {
+	entered  chan struct{} // closed when the first delivery began
+	release  chan struct{}
+	returned chan struct{} // closed when the first delivery's handler returned
+	once     [3]sync.Once
+	// honourCtx makes the handler return ctx's error when its context
+	// ends; otherwise it ignores it.
+	honourCtx bool
+	ctxErr    chan error // the handler's ctx.Err when it returned, buffered
+}
+
+func newGate(c *conf, honourCtx bool) *gate {
+	g := &gate{entered: make(chan struct{}), release: make(chan struct{}), returned: make(chan struct{}),
+		honourCtx: honourCtx, ctxErr: make(chan error, 1)}
+	c.Cleanup(g.open)
+	return g
+}
+
+// open releases every delivery, now and later. Idempotent.
+func (g *gate) open() { g.once[1].Do(func() { close(g.release) }) }
+
+func (g *gate) handler() pubsub.HandlerFunc[string] {
+	return func(ctx context.Context, _ pubsub.Message[string]) error {
+		g.once[0].Do(func() { close(g.entered) })
+		defer g.once[2].Do(func() { close(g.returned) })
+		var done <-chan struct{}
+		if g.honourCtx {
+			done = ctx.Done()
+		}
+		select {
+		case <-g.release:
+			return nil
+		case <-done:
+			g.ctxErr <- ctx.Err()
+			return ctx.Err()
+		}
+	}
+}
+
+// wait waits for ch to close, failing the subtest after failureBound.
+func (c *conf) wait(what string, ch <-chan struct{}) {
+	c.Helper()
+	select {
+	case <-ch:
+	case <-c.ctx().Done():
+		c.Fatalf("%s: did not happen within %v", what, failureBound)
+	}
+}
+
+// callLog is a handler that records every call, failed or not, and runs
+// fail (when set) to decide its outcome.
+type callLog[V any] struct {
+	mu    sync.Mutex
+	calls []pubsub.Message[V]
+	fail  func(pubsub.Message[V]) error
+}
+
+func (l *callLog[V]) Handle(_ context.Context, msg pubsub.Message[V]) error {
+	l.mu.Lock()
+	l.calls = append(l.calls, msg)
+	fail := l.fail
+	l.mu.Unlock()
+	if fail != nil {
+		return fail(msg)
+	}
+	return nil
+}
+
+func (l *callLog[V]) all() []pubsub.Message[V] {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.calls)
+}
+
+// values returns the values of msgs.
+func values[V any](msgs []pubsub.Message[V]) []V {
+	out := make([]V, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Value
+	}
+	return out
+}
+
+// attempts returns the Attempt of each message.
+func attempts[V any](msgs []pubsub.Message[V]) []int {
+	out := make([]int, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Attempt
+	}
+	return out
+}
+
+// accounted fails the subtest unless the topic's counters account for
+// every record that left the log once.
+func (c *conf) accounted(st pubsub.TopicStats) {
+	c.Helper()
+	if st.Published-int64(st.Retained) != st.Reclaimed+st.Dropped+st.Expired {
+		c.Errorf("stats %+v: want Published − Retained == Reclaimed + Dropped + Expired", st)
+	}
+}
+
+// keyPartition is where KeyHash sends key among n partitions.
+func keyPartition(key string, n int) int { return int(crc32.ChecksumIEEE([]byte(key)) % uint32(n)) }
+
+// cyclic reports whether parts visits the partitions in turn, each one
+// after the one before it modulo n.
+func cyclic(parts []int, n int) bool {
+	for i := 1; i < len(parts); i++ {
+		if parts[i] != (parts[i-1]+1)%n {
+			return false
+		}
+	}
+	return true
+}
+
+var (
+	errBoom   = errors.New("conformance: boom")
+	errPoison = errors.New("conformance: poison bytes")
+	errEncode = errors.New("conformance: cannot encode this value")
+)
+
+// pickyStrings is a string codec whose Encode fails for "unencodable" and
+// whose Decode fails for the bytes "poison".
+func pickyStrings() codec.Codec[string] {
+	return codec.Func(
+		func(v string) ([]byte, error) {
+			if v == "unencodable" {
+				return nil, errEncode
+			}
+			return []byte(v), nil
+		},
+		func(data []byte) (string, error) {
+			if string(data) == "poison" {
+				return "", errPoison
+			}
+			return string(data), nil
+		})
+}
+
+// partitionerFunc adapts a function to a pubsub.Partitioner.
+type partitionerFunc func(key []byte, partitions int) int
+
+func (f partitionerFunc) Partition(key []byte, partitions int) int { return f(key, partitions) }
+
+// seqIDs is an IDSource handing out "id-1", "id-2", ...
+type seqIDs struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (s *seqIDs) NextID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	return fmt.Sprintf("id-%d", s.n)
+}
+
+// contains reports whether err's message has every one of parts.
+func contains(err error, parts ...string) bool {
+	if err == nil {
+		return false
+	}
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			return false
+		}
+	}
+	return true
+}
+
+// epoch is the start of an injected clock's time.
+var epoch = time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
