@@ -338,11 +338,11 @@ type Entry[K, V any] struct {
 // those are not in the log, and can be published again). Records with
 // equal keys keep their batch order, as with Publish.
 //
-// A batch costs the producer less than as many Publish calls: each run of
-// consecutive records bound for one partition is appended in one step,
-// under one lock and with one clock reading (its records share Created),
-// waking the partition's readers once. Another producer's records may land
-// between two runs.
+// A batch costs the producer less than as many Publish calls: the clock is
+// read once, so every record of the batch has the same Created, and each
+// run of consecutive records bound for one partition is appended under one
+// lock, waking the partition's readers once. Another producer's records
+// may land between two runs.
 //
 // Every entry is encoded before anything is published: one the codecs
 // cannot encode fails the whole batch, with no positions. Under Block, the
@@ -371,15 +371,15 @@ func (t *Topic[K, V]) PublishValues(ctx context.Context, values []V) ([]Position
 }
 
 // publishBatch hands the engine n records, which encode(i, rec) fills with
-// entry i: all encoded and routed first, then appended run by run, a run
-// being consecutive records bound for one partition.
+// entry i: all encoded and routed first, then appended in one call, run by
+// run, a run being consecutive records bound for one partition.
 func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int, rec *engine.Record) error) ([]Position, error) {
 	if ctx == nil {
 		return nil, fail(errNilContext, "publish batch to topic %q", t.Name())
 	}
 	scratch := getBatchScratch(n)
 	defer putBatchScratch(scratch)
-	recs, offsets := scratch.recs, scratch.offsets
+	recs, offsets, partitions := scratch.recs, scratch.offsets, scratch.partitions
 	positions := make([]Position, n)
 	for i := range recs {
 		rec := t.eng.NewRecord()
@@ -392,32 +392,25 @@ func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int
 			return nil, fail(fmt.Errorf("entry %d: %w", i, err), "publish batch to topic %q", t.Name())
 		}
 		rec.Headers = maps.Clone(rec.Headers)
-		positions[i].Partition = p
+		positions[i].Partition, partitions[i] = p, p
 	}
-	for start := 0; start < n; {
-		p := positions[start].Partition
-		end := start + 1
-		for end < n && positions[end].Partition == p {
-			end++
-		}
-		stored, err := t.eng.Append(ctx, p, recs[start:end], offsets[start:end])
-		for i := start; i < start+stored; i++ {
-			positions[i].Offset = offsets[i]
-		}
-		if err != nil {
-			return positions[:start+stored], fail(err, "publish batch to topic %q", t.Name())
-		}
-		start = end
+	stored, err := t.eng.AppendBatch(ctx, partitions, recs, offsets)
+	for i := range stored {
+		positions[i].Offset = offsets[i]
+	}
+	if err != nil {
+		return positions[:stored], fail(err, "publish batch to topic %q", t.Name())
 	}
 	return positions, nil
 }
 
 // batchScratch is what a batch publish needs only while it runs: its
-// records until the engine takes them, and their offsets. Pooled, since a
+// records until the engine takes them, their partitions and their offsets. Pooled, since a
 // batch is published by a call per batch and the slices are as long as it.
 type batchScratch struct {
-	recs    []*engine.Record
-	offsets []int64
+	recs       []*engine.Record
+	offsets    []int64
+	partitions []int
 }
 
 var batchScratches sync.Pool // of *batchScratch
@@ -428,10 +421,10 @@ const maxPooledBatch = 4096
 
 func getBatchScratch(n int) *batchScratch {
 	if s, ok := batchScratches.Get().(*batchScratch); ok && cap(s.recs) >= n {
-		s.recs, s.offsets = s.recs[:n], s.offsets[:n]
+		s.recs, s.offsets, s.partitions = s.recs[:n], s.offsets[:n], s.partitions[:n]
 		return s
 	}
-	return &batchScratch{recs: make([]*engine.Record, n), offsets: make([]int64, n)}
+	return &batchScratch{recs: make([]*engine.Record, n), offsets: make([]int64, n), partitions: make([]int, n)}
 }
 
 func putBatchScratch(s *batchScratch) {

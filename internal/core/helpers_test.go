@@ -220,9 +220,9 @@ func (t *Topic) Publish(ctx context.Context, key, value []byte, headers map[stri
 	return Position{Partition: p, Offset: offset}, nil
 }
 
-// PublishBatch publishes n records that fill fills, routed one by one and
-// appended run by run, as the typed layer would, telling landed where each
-// went; it returns how many it stored.
+// PublishBatch publishes n records that fill fills, routed one by one as
+// the typed layer would, telling landed where each went; it returns how
+// many it stored.
 func (t *Topic) PublishBatch(ctx context.Context, n int, fill func(i int, rec *Record) error, landed func(i int, pos Position)) (int, error) {
 	recs := make([]*Record, n)
 	parts := make([]int, n)
@@ -234,23 +234,13 @@ func (t *Topic) PublishBatch(ctx context.Context, n int, fill func(i int, rec *R
 		parts[i] = t.route(recs[i].Key)
 	}
 	offsets := make([]int64, n)
-	for start := 0; start < n; {
-		end := start + 1
-		for end < n && parts[end] == parts[start] {
-			end++
+	stored, err := t.AppendBatch(ctx, parts, recs, offsets)
+	for i := range stored {
+		if landed != nil {
+			landed(i, Position{Partition: parts[i], Offset: offsets[i]})
 		}
-		stored, err := t.Append(ctx, parts[start], recs[start:end], offsets[start:end])
-		for i := start; i < start+stored; i++ {
-			if landed != nil {
-				landed(i, Position{Partition: parts[start], Offset: offsets[i]})
-			}
-		}
-		if err != nil {
-			return start + stored, err
-		}
-		start = end
 	}
-	return n, nil
+	return stored, err
 }
 
 // lagOf is the lag of group on topic.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/logbus/logbus/internal/engine"
 )
 
 // Topic is a named, fixed set of partitions. Which partition a record goes
@@ -53,55 +55,61 @@ func (t *Topic) NewRecord() *Record {
 	return new(Record)
 }
 
-// Append stores recs, filled by the caller, at the end of partition, in
-// order, and puts the offset of recs[i] in offsets[i]. It stamps each with
-// the clock (one reading for all of them) and names it with the broker's
-// IDSource, if any, and takes ownership of it and its key, value and
-// headers. It returns how many it stored: all of them, or, with an error,
-// the first ones.
-//
-// It blocks only when the partition is full under Block (see
-// Partition.Append). A done ctx fails it before anything is stored, and so
-// does a record larger than the partition's MaxBytes.
-func (t *Topic) Append(ctx context.Context, partition int, recs []*Record, offsets []int64) (int, error) {
-	part, err := t.appendable(ctx, partition, recs)
-	if err != nil {
-		return 0, err
-	}
-	return part.Append(ctx, recs, offsets)
-}
-
-// AppendOne is Append of one record: it returns the record's offset.
+// AppendOne appends rec, filled by the caller, to partition and returns
+// its offset; see AppendBatch.
 func (t *Topic) AppendOne(ctx context.Context, partition int, rec *Record) (int64, error) {
 	recs := [1]*Record{rec}
-	part, err := t.appendable(ctx, partition, recs[:])
-	if err != nil {
+	parts := [1]int{partition}
+	if err := t.appendable(ctx, parts[:], recs[:]); err != nil {
 		return 0, err
 	}
 	var offset [1]int64
-	if _, err := part.Append(ctx, recs[:], offset[:]); err != nil {
+	if _, err := t.parts[partition].Append(ctx, recs[:], offset[:]); err != nil {
 		return 0, err
 	}
 	return offset[0], nil
 }
 
-// appendable checks that recs may be appended to partition and stamps and
-// names them; it returns the partition.
-func (t *Topic) appendable(ctx context.Context, partition int, recs []*Record) (*Partition, error) {
-	if partition < 0 || partition >= len(t.parts) {
-		return nil, fmt.Errorf("%w: no partition %d of %d", ErrInvalid, partition, len(t.parts))
+// AppendBatch appends recs[i], filled by the caller, to partitions[i], in
+// order, run by run (engine.Runs), and puts the offset of recs[i] in
+// offsets[i]. It stamps every record with one clock reading and names it
+// with the broker's IDSource, if any, and takes ownership of it and its
+// key, value and headers. It returns how many it stored: all of them, or,
+// with an error, the first ones.
+//
+// It blocks only when a partition is full under Block (see
+// Partition.Append). A done ctx, a partition that does not exist or a
+// record larger than its partition's MaxBytes fails it before anything is
+// stored.
+func (t *Topic) AppendBatch(ctx context.Context, partitions []int, recs []*Record, offsets []int64) (int, error) {
+	if err := t.appendable(ctx, partitions, recs); err != nil {
+		return 0, err
 	}
+	for start, end := range engine.Runs(partitions) {
+		stored, err := t.parts[partitions[start]].Append(ctx, recs[start:end], offsets[start:end])
+		if err != nil {
+			return start + stored, err
+		}
+	}
+	return len(recs), nil
+}
+
+// appendable checks that recs may be appended to partitions, and stamps
+// and names them.
+func (t *Topic) appendable(ctx context.Context, partitions []int, recs []*Record) error {
 	if t.broker.State() != Running {
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
-	part := t.parts[partition]
-	if part.ret.MaxBytes > 0 {
-		for _, rec := range recs {
-			if err := part.tooLarge(rec); err != nil {
-				return nil, err
+	for i, p := range partitions {
+		if p < 0 || p >= len(t.parts) {
+			return fmt.Errorf("%w: no partition %d of %d", ErrInvalid, p, len(t.parts))
+		}
+		if part := t.parts[p]; part.ret.MaxBytes > 0 {
+			if err := part.tooLarge(recs[i]); err != nil {
+				return err
 			}
 		}
 	}
@@ -112,7 +120,7 @@ func (t *Topic) appendable(ctx context.Context, partition int, recs []*Record) (
 			rec.ID = t.broker.ids.NextID()
 		}
 	}
-	return part, nil
+	return nil
 }
 
 // Partition returns partition i, or nil when there is none.

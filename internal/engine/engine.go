@@ -19,6 +19,7 @@ package engine
 
 import (
 	"context"
+	"iter"
 	"time"
 )
 
@@ -55,22 +56,24 @@ type Engine interface {
 type Topic interface {
 	Name() string
 	Partitions() int
-	// NewRecord returns an empty record to fill and Append. An engine may
+	// NewRecord returns an empty record to fill and append. An engine may
 	// hand out a record it reclaimed: its Key and Value are then empty
 	// slices over buffers the caller may append to, up to their capacity,
 	// instead of allocating.
 	NewRecord() *Record
-	// Append stores recs at the end of partition, in order, and puts the
-	// offset of recs[i] in offsets[i] (as long as recs). It returns how
-	// many it stored: all, or with an error the first n. It blocks only
-	// when the partition is full under Block, as Retention says. The
-	// records and their bytes belong to the engine afterwards; the caller
-	// must not touch them. Headers are the caller's to copy beforehand.
-	Append(ctx context.Context, partition int, recs []*Record, offsets []int64) (int, error)
-	// AppendOne is Append of one record, returning its offset: the path of
-	// every Publish, kept free of the slices an interface call would make
-	// escape.
+	// AppendOne stores rec at the end of partition and returns its
+	// offset. It blocks only when the partition is full under Block, as
+	// Retention says. The record and its bytes belong to the engine
+	// afterwards; the caller must not touch them. Headers are the caller's
+	// to copy beforehand.
 	AppendOne(ctx context.Context, partition int, rec *Record) (int64, error)
+	// AppendBatch stores recs[i] at the end of partitions[i], in order, and
+	// puts its offset in offsets[i] (all three as long as recs). Each run
+	// of consecutive records bound for one partition (see Runs) is stored
+	// in one step; every record of the batch gets one Created. It returns
+	// how many it stored: all, or with an error the first n. Otherwise as
+	// AppendOne.
+	AppendBatch(ctx context.Context, partitions []int, recs []*Record, offsets []int64) (int, error)
 	// Stats returns every partition's counters, by partition.
 	Stats() []PartitionStats
 }
@@ -153,3 +156,21 @@ const (
 	// its waits (backoff, BlockTimeout) are exact in virtual time.
 	VirtualTime
 )
+
+// Runs yields the runs of a batch routed to partitions: the first index
+// and the end of each stretch of consecutive records bound for one
+// partition, in order. Every engine splits a batch the same way.
+func Runs(partitions []int) iter.Seq2[int, int] {
+	return func(yield func(start, end int) bool) {
+		for start := 0; start < len(partitions); {
+			end := start + 1
+			for end < len(partitions) && partitions[end] == partitions[start] {
+				end++
+			}
+			if !yield(start, end) {
+				return
+			}
+			start = end
+		}
+	}
+}
