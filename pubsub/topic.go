@@ -24,6 +24,7 @@ type Topic[K, V any] struct {
 	keys        codec.Codec[K]
 	values      codec.Codec[V]
 	partitioner Partitioner
+	partitions  int   // the engine's count, fixed: read per record by route
 	maxBytes    int64 // Retention.MaxBytes: a record larger fails before anything is appended
 
 	// The codecs again when they can append: then records are encoded into
@@ -192,7 +193,7 @@ func NewTopic[K, V any](b *Broker, name string, keys codec.Codec[K], values code
 	if err != nil {
 		return nil, fail(err, "new topic %q", name)
 	}
-	topic := &Topic[K, V]{b: b, eng: t, keys: keys, values: values, partitioner: cfg.partitioner,
+	topic := &Topic[K, V]{b: b, eng: t, keys: keys, values: values, partitioner: cfg.partitioner, partitions: t.Partitions(),
 		maxBytes: cfg.Retention.MaxBytes, groups: make(map[string]*Group[V])}
 	topic.keyAppender, _ = keys.(codec.Appender[K])
 	topic.valueAppender, _ = values.(codec.Appender[V])
@@ -279,7 +280,7 @@ func (t *Topic[K, V]) publish(ctx context.Context, rec *engine.Record, value V, 
 // route picks rec's partition and checks that rec can be stored there at
 // all: here, above the engine, so that every engine routes a key alike.
 func (t *Topic[K, V]) route(rec *engine.Record) (int, error) {
-	n := t.eng.Partitions()
+	n := t.partitions
 	p := t.partitioner.Partition(rec.Key, n)
 	if p < 0 || p >= n {
 		return 0, fmt.Errorf("%w: partitioner chose partition %d of %d", ErrInvalid, p, n)
@@ -381,9 +382,8 @@ func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int
 	defer putBatchScratch(scratch)
 	recs, offsets, partitions := scratch.recs, scratch.offsets, scratch.partitions
 	positions := make([]Position, n)
-	for i := range recs {
-		rec := t.eng.NewRecord()
-		recs[i] = rec
+	t.eng.NewRecords(recs)
+	for i, rec := range recs {
 		if err := encode(i, rec); err != nil {
 			return nil, fail(fmt.Errorf("entry %d: %w", i, err), "publish batch to topic %q", t.Name())
 		}

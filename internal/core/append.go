@@ -25,6 +25,13 @@ import (
 // The records stored, and their keys, values and headers, belong to the log:
 // the caller must not touch them afterwards.
 func (p *Partition) Append(ctx context.Context, recs []*Record, offsets []int64) (int, error) {
+	return p.appendFreeing(ctx, recs, offsets, nil)
+}
+
+// appendFreeing is Append that hands the records it reclaims to freed,
+// when not nil, rather than to the topic's pool one by one: a batch takes
+// them back in one step (see Topic.NewRecords).
+func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets []int64, freed *[]*Record) (int, error) {
 	if p.ret.MaxBytes > 0 { // Topic.Append checked, but Append is exported
 		for _, rec := range recs {
 			if err := p.tooLarge(rec); err != nil {
@@ -53,7 +60,7 @@ func (p *Partition) Append(ctx context.Context, recs []*Record, offsets []int64)
 		p.expireLocked(now)
 		stored := n
 		for n < len(recs) {
-			if !p.roomLocked(recordBytes(recs[n])) {
+			if !p.roomLocked(recordBytes(recs[n]), freed) {
 				break
 			}
 			offsets[n] = p.storeLocked(recs[n])
@@ -77,7 +84,7 @@ func (p *Partition) Append(ctx context.Context, recs []*Record, offsets []int64)
 		// notifyCommit.
 		p.armRoomLocked()
 		need := recordBytes(recs[n])
-		if p.roomLocked(need) {
+		if p.roomLocked(need, freed) {
 			p.mu.Unlock()
 			continue
 		}
@@ -110,10 +117,15 @@ func (p *Partition) Append(ctx context.Context, recs []*Record, offsets []int64)
 	}
 }
 
-// release puts a reclaimed record, if there is one, in the topic's pool,
-// for NewRecord to reuse.
-func (p *Partition) release(rec *Record) {
-	if rec != nil {
+// release hands a reclaimed record, if there is one, to whoever reuses it:
+// appended to freed when not nil, else put in the topic's pool, for
+// NewRecord.
+func (p *Partition) release(rec *Record, freed *[]*Record) {
+	switch {
+	case rec == nil:
+	case freed != nil:
+		*freed = append(*freed, rec)
+	default:
 		p.free.Put(rec)
 	}
 }
@@ -130,16 +142,16 @@ func (p *Partition) release(rec *Record) {
 // they have committed and no more, and reports no room: the producer waits
 // for the rest. So a producer that then times out may have freed records
 // a replay could have read; nothing a group had not read.
-func (p *Partition) roomLocked(need int64) bool {
+func (p *Partition) roomLocked(need int64, freed *[]*Record) bool {
 	for !p.fitsLocked(need) {
 		if rec := p.reclaimLocked(); rec != nil {
-			p.release(rec) // the steady state of a full partition whose groups keep up
+			p.release(rec, freed) // the steady state of a full partition whose groups keep up
 		} else {
 			switch {
 			case p.size == 0: // cannot be: a record larger than MaxBytes is refused before (tooLarge)
 				return false
 			case len(p.cursors) == 0:
-				p.release(p.trimGrouplessLocked())
+				p.release(p.trimGrouplessLocked(), freed)
 			case p.ret.OnFull == DropOldest:
 				p.evictLocked(p.oldestLocked())
 				p.stats.Dropped++

@@ -15,6 +15,11 @@ type Topic struct {
 	broker *Broker
 	parts  []*Partition
 	free   sync.Pool // of *Record: reclaimed records, for NewRecord to reuse
+	// freeLists are batches' worth of reclaimed records, for NewRecords:
+	// the pool above is fast for one record at a time but slow for a
+	// batch's worth, so a batch takes and gives back its records in one
+	// step each.
+	freeLists sync.Pool // of *[]*Record
 }
 
 func newTopic(b *Broker, name string, spec TopicSpec) (*Topic, error) {
@@ -55,6 +60,31 @@ func (t *Topic) NewRecord() *Record {
 	return new(Record)
 }
 
+// NewRecords fills recs with empty records, as NewRecord does one, taking
+// them from the records earlier batches reclaimed when it can.
+func (t *Topic) NewRecords(recs []*Record) {
+	n := 0
+	if fl, ok := t.freeLists.Get().(*[]*Record); ok {
+		free := *fl
+		for n < len(recs) && len(free) > 0 {
+			recs[n] = free[len(free)-1]
+			free[len(free)-1] = nil
+			free = free[:len(free)-1]
+			n++
+		}
+		*fl = free
+		if len(free) > 0 {
+			t.freeLists.Put(fl)
+		}
+	}
+	for ; n < len(recs); n++ {
+		recs[n] = t.NewRecord()
+	}
+}
+
+// maxFreeList bounds the records one free list keeps.
+const maxFreeList = 4096
+
 // AppendOne appends rec, filled by the caller, to partition and returns
 // its offset; see AppendBatch.
 func (t *Topic) AppendOne(ctx context.Context, partition int, rec *Record) (int64, error) {
@@ -85,8 +115,17 @@ func (t *Topic) AppendBatch(ctx context.Context, partitions []int, recs []*Recor
 	if err := t.appendable(ctx, partitions, recs); err != nil {
 		return 0, err
 	}
+	fl, ok := t.freeLists.Get().(*[]*Record)
+	if !ok {
+		fl = new([]*Record)
+	}
+	defer func() {
+		if len(*fl) > 0 && len(*fl) <= maxFreeList {
+			t.freeLists.Put(fl)
+		}
+	}()
 	for start, end := range engine.Runs(partitions) {
-		stored, err := t.parts[partitions[start]].Append(ctx, recs[start:end], offsets[start:end])
+		stored, err := t.parts[partitions[start]].appendFreeing(ctx, recs[start:end], offsets[start:end], fl)
 		if err != nil {
 			return start + stored, err
 		}

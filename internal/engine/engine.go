@@ -61,6 +61,9 @@ type Topic interface {
 	// slices over buffers the caller may append to, up to their capacity,
 	// instead of allocating.
 	NewRecord() *Record
+	// NewRecords fills recs with records as NewRecord returns them, in one
+	// step: the way to get a batch's records.
+	NewRecords(recs []*Record)
 	// AppendOne stores rec at the end of partition and returns its
 	// offset. It blocks only when the partition is full under Block, as
 	// Retention says. The record and its bytes belong to the engine
