@@ -139,9 +139,11 @@ func (s *Stream[V]) Group() *Group[V] { return s.group }
 // without counting as failures and go, with the stream's partitions, to the
 // group's remaining consumers (or to the next one to join): one the caller
 // had received comes again with Attempt one higher, one still unread with
-// the same Attempt. Deliveries already settled stand. C is closed when Close returns. Close waits only
-// for the stream's own hand-over code to notice, never for the caller.
-// Close is idempotent; after Broker.Close it does nothing.
+// the same Attempt. Deliveries already settled stand. C is closed when
+// Close returns (when Group.Leave removed the stream first, once its
+// deliveries ended). Close waits only for the stream's own hand-over code
+// to notice, never for the caller. Close is idempotent; after Broker.Close
+// it does nothing.
 func (s *Stream[V]) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
