@@ -584,3 +584,35 @@ func TestStreamRawBytesValuesLastUntilSettled(t *testing.T) {
 		}
 	})
 }
+
+// A Stream whose consumer Group.Leave removed leaves nothing on Close: a
+// consumer that took its name since stays (the property suite's
+// TestStreamCloseAfterItsNameIsReused, here at the package's level).
+func TestStreamCloseLeavesOnlyAsItself(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+		first := mustStream(t, topic, "workers", "w1")
+		g := first.Group()
+		if err := g.Leave(context.Background(), "w1"); err != nil {
+			t.Fatal(err)
+		}
+		second := mustStream(t, topic, "workers", "w1")
+		if err := first.Close(); err != nil {
+			t.Fatalf("Close of the stream that left: %v", err)
+		}
+		if a := g.Assignment(); len(a) != 1 || len(a["w1"]) != 1 {
+			t.Errorf("assignment %v after the first stream's Close, want the second w1 to own the partition", a)
+		}
+		mustPublishValue(t, topic, "t1")
+		if d := recv(t, second); d.Value != "t1" {
+			t.Errorf("the second stream got %q, want t1", d.Value)
+		} else {
+			d.Ack()
+		}
+		drain(t, b)
+		if err := second.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+}
