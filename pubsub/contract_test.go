@@ -240,29 +240,6 @@ func TestCloseReturnsWhenItsContextEndsEvenIfAHandlerIgnoresIt(t *testing.T) {
 	})
 }
 
-// Drain never says nil while a group lags: its context ending names what
-// was left.
-func TestDrainNamesWhatWasLeftWhenItsContextEnds(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
-		release := make(chan struct{})
-		mustSubscribe(t, topic, "billing", "b1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
-			<-release
-			return nil
-		}))
-		mustPublishValue(t, topic, "o1")
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		err := b.Drain(ctx)
-		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `group "billing" on topic "orders" lags 1`) {
-			t.Errorf("Drain: got %v, want DeadlineExceeded naming billing's lag", err)
-		}
-		close(release)
-		drain(t, b)
-	})
-}
-
 // StartAt applies where a new group begins before any delivery, so no
 // record before that point is ever delivered (Subscribe then Replay used
 // to deliver the backlog first in 2 of 200 runs).

@@ -1336,7 +1336,8 @@ func TestCloseReportsGroupsThatCannotDrain(t *testing.T) {
 	}
 }
 
-// Drain gives up when its context ends, with the context's error.
+// Drain gives up when its context ends, with the context's error, and
+// names what was left: it never says nil while a group lags.
 func TestDrainHonoursItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
@@ -1352,6 +1353,9 @@ func TestDrainHonoursItsContext(t *testing.T) {
 		start := time.Now()
 		err := b.Drain(ctx)
 		wantErrIs(t, "Drain", err, context.DeadlineExceeded)
+		if err != nil && !strings.Contains(err.Error(), `group "billing" on topic "orders" lags 1`) {
+			t.Errorf("Drain: %v, want it to name billing's lag", err)
+		}
 		if waited := time.Since(start); waited != time.Second {
 			t.Errorf("Drain returned after %v, want 1s", waited)
 		}
