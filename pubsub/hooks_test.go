@@ -95,8 +95,12 @@ func (e *events) OnBackpressure(b pubsub.BackpressureEvent) {
 	e.add("backpressure %s/%d waited=%v backpressure=%t", b.Topic, b.Partition, b.Waited, errors.Is(b.Err, pubsub.ErrBackpressure))
 }
 
-func (e *events) OnDrop(t pubsub.TrimEvent)   { e.add("drop %s/%d count=%d", t.Topic, t.Partition, t.Count) }
-func (e *events) OnExpire(t pubsub.TrimEvent) { e.add("expire %s/%d count=%d", t.Topic, t.Partition, t.Count) }
+func (e *events) OnDrop(t pubsub.TrimEvent) {
+	e.add("drop %s/%d count=%d", t.Topic, t.Partition, t.Count)
+}
+func (e *events) OnExpire(t pubsub.TrimEvent) {
+	e.add("expire %s/%d count=%d", t.Topic, t.Partition, t.Count)
+}
 
 func (e *events) OnSkip(s pubsub.SkipEvent) {
 	e.add("skip %s/%s/%d %d..%d", s.Group, s.Topic, s.Partition, s.From, s.To)
@@ -319,7 +323,7 @@ func TestCloseHook(t *testing.T) {
 // panicky is a hook that panics in every hook it implements.
 type panicky struct{}
 
-func (panicky) OnPublish(context.Context, *pubsub.PublishInfo) context.Context { panic("publish") }
+func (panicky) OnPublish(context.Context, *pubsub.PublishInfo) context.Context  { panic("publish") }
 func (panicky) OnDeliver(context.Context, *pubsub.DeliveryInfo) context.Context { panic("deliver") }
 func (panicky) OnDelivered(context.Context, *pubsub.DeliveryInfo, pubsub.DeliveryResult) {
 	panic("delivered")
