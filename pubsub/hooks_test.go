@@ -437,3 +437,35 @@ func TestHooksMayReadTheSnapshot(t *testing.T) {
 		}
 	})
 }
+
+// A Stream's deliveries raise the same hooks: acked when the consumer
+// acks, given back when the Stream closes with a delivery nobody took.
+func TestDeliveryHooksOnAStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ev := &events{}
+		b := newBroker(t, pubsub.WithHooks(ev))
+		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		s := mustStream(t, topic, "billing", "b1")
+		mustPublish(t, topic, "k", "1")
+		mustPublish(t, topic, "k", "2")
+		d := <-s.C()
+		d.Ack()
+		synctest.Wait() // the second delivery waits on the channel
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{
+			"deliver billing/orders/0@0 attempt=1 consumer=b1 trace=",
+			"delivered billing@0 attempt=1 acked took=0s",
+			"deliver billing/orders/0@1 attempt=1 consumer=b1 trace=",
+			"delivered billing@1 attempt=1 given back took=0s",
+		}
+		if got := ev.with("deliver"); !slices.Equal(got, want) {
+			t.Errorf("events:\n got: %s\nwant: %s", strings.Join(got, "\n      "), strings.Join(want, "\n      "))
+		}
+		if _, err := topic.Subscribe("billing", "b2", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil })); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, b)
+	})
+}
