@@ -3,6 +3,7 @@ package pubsub_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -32,9 +33,9 @@ const benchBuffer = 1024
 
 // benchTopic returns a topic with partitions partitions and groups groups
 // of consumers consumers each, whose handlers ack and count.
-func benchTopic[V any](b *testing.B, values codec.Codec[V], partitions, groups, consumers int) (*pubsub.Broker, *pubsub.Topic[string, V], *atomic.Int64) {
+func benchTopic[V any](b *testing.B, values codec.Codec[V], partitions, groups, consumers int, opts ...pubsub.BrokerOption) (*pubsub.Broker, *pubsub.Topic[string, V], *atomic.Int64) {
 	b.Helper()
-	br := pubsub.NewBroker()
+	br := pubsub.NewBroker(opts...)
 	b.Cleanup(func() { br.Close(context.Background()) })
 	topic, err := pubsub.NewTopic(br, "bench", codec.String(), values,
 		pubsub.WithPartitions(partitions),
@@ -343,4 +344,47 @@ func BenchmarkChannelS3(b *testing.B) {
 		b.Fatalf("handled %d of %d", handled, b.N)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
+
+// noopHooks implements the per-record hooks and does nothing: what a hook
+// costs a record, before it does any work of its own.
+type noopHooks struct{}
+
+func (noopHooks) OnPublish(ctx context.Context, _ *pubsub.PublishInfo) context.Context { return ctx }
+func (noopHooks) OnPublished(context.Context, *pubsub.PublishInfo, pubsub.Position, error) {}
+func (noopHooks) OnDeliver(ctx context.Context, _ *pubsub.DeliveryInfo) context.Context { return ctx }
+
+// noopDelivered asks for delivery durations, so each delivery is timed.
+type noopDelivered struct{}
+
+func (noopDelivered) OnDelivered(context.Context, *pubsub.DeliveryInfo, pubsub.DeliveryResult) {}
+
+// BenchmarkObserved is S1 (one producer, one partition, one group, bytes,
+// one record per call) with what observes the broker: nothing, no-op
+// publish and delivery hooks, a hook that wants delivery durations, a
+// logger at Info (which logs nothing per record), and the stuck watchdog.
+func BenchmarkObserved(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts []pubsub.BrokerOption
+	}{
+		{"none", nil},
+		{"hooks=noop", []pubsub.BrokerOption{pubsub.WithHooks(noopHooks{})}},
+		{"hooks=timed", []pubsub.BrokerOption{pubsub.WithHooks(noopDelivered{})}},
+		{"logger=info", []pubsub.BrokerOption{pubsub.WithLogger(slog.New(slog.DiscardHandler))}},
+		{"stuck=1s", []pubsub.BrokerOption{pubsub.WithStuckAfter(time.Second)}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			br, topic, handled := benchTopic(b, codec.Bytes(), 1, 1, 1, c.opts...)
+			ctx := context.Background()
+			b.ReportAllocs()
+			start := time.Now()
+			for b.Loop() {
+				if _, err := topic.PublishValue(ctx, payload64); err != nil {
+					b.Fatal(err)
+				}
+			}
+			finish(b, br, handled, b.N, 1, start)
+		})
+	}
 }

@@ -196,10 +196,19 @@ func (o *observer) onPublished(ctx context.Context, p *PublishInfo, pos Position
 // wrapDelivery returns next raising the delivery hooks around each call,
 // and logging a handler's panic, for a consumer of group.
 func (o *observer) wrapDelivery(group, consumer string, next engine.Handler) engine.Handler {
+	if len(o.deliver)+len(o.delivered) == 0 {
+		// A logger alone: only a panic needs looking at, so the delivery
+		// is described only then.
+		return func(ctx context.Context, d *engine.Delivery) error {
+			err := callRecovering(ctx, d, next)
+			if pe, ok := err.(*engine.PanicError); ok {
+				o.logPanic(ctx, describe(d, group, consumer), pe)
+			}
+			return err
+		}
+	}
 	return func(ctx context.Context, d *engine.Delivery) error {
-		info := DeliveryInfo{Topic: d.Topic, Group: group, Consumer: consumer, Partition: d.Partition,
-			Offset: d.Record.Offset, ID: d.ID, Attempt: d.Attempt, Created: d.Record.Created,
-			Key: d.Record.Key, Headers: d.Record.Headers}
+		info := describe(d, group, consumer)
 		for _, h := range o.deliver {
 			o.safely(h, "deliver", func() {
 				if c := h.OnDeliver(ctx, &info); c != nil {
@@ -216,25 +225,38 @@ func (o *observer) wrapDelivery(group, consumer string, next engine.Handler) eng
 		if o.timed {
 			r.Took = time.Since(start)
 		}
-		var de *DecodeError
-		switch {
+		switch _, undecodable := err.(*DecodeError); {
 		case err == nil:
 			r.Outcome = OutcomeAcked
 		case errors.Is(err, engine.ErrAbandoned):
 			r.Outcome, r.Err = OutcomeGivenBack, nil
-		case errors.As(err, &de):
+		case undecodable:
 			r.Outcome = OutcomeUndecodable
 		default:
 			r.Outcome = OutcomeFailed
 		}
-		if pe, ok := r.Err.(*PanicError); ok && o.enabled(slog.LevelError) {
-			o.logAttrs(ctx, slog.LevelError, "logbus: handler panicked",
-				append(deliveryAttrs(&info), slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))...)
+		if pe, ok := err.(*engine.PanicError); ok {
+			o.logPanic(ctx, info, pe)
 		}
 		for _, h := range o.delivered {
 			o.safely(h, "delivered", func() { h.OnDelivered(ctx, &info, r) })
 		}
 		return err
+	}
+}
+
+// describe is the DeliveryInfo of d to a consumer of group.
+func describe(d *engine.Delivery, group, consumer string) DeliveryInfo {
+	return DeliveryInfo{Topic: d.Topic, Group: group, Consumer: consumer, Partition: d.Partition,
+		Offset: d.Record.Offset, ID: d.ID, Attempt: d.Attempt, Created: d.Record.Created,
+		Key: d.Record.Key, Headers: d.Record.Headers}
+}
+
+// logPanic logs a handler's recovered panic at Error, with its stack.
+func (o *observer) logPanic(ctx context.Context, d DeliveryInfo, pe *engine.PanicError) {
+	if o.enabled(slog.LevelError) {
+		o.logAttrs(ctx, slog.LevelError, "logbus: handler panicked",
+			append(deliveryAttrs(&d), slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))...)
 	}
 }
 
