@@ -350,9 +350,9 @@ func BenchmarkChannelS3(b *testing.B) {
 // costs a record, before it does any work of its own.
 type noopHooks struct{}
 
-func (noopHooks) OnPublish(ctx context.Context, _ *pubsub.PublishInfo) context.Context { return ctx }
+func (noopHooks) OnPublish(ctx context.Context, _ *pubsub.PublishInfo) context.Context     { return ctx }
 func (noopHooks) OnPublished(context.Context, *pubsub.PublishInfo, pubsub.Position, error) {}
-func (noopHooks) OnDeliver(ctx context.Context, _ *pubsub.DeliveryInfo) context.Context { return ctx }
+func (noopHooks) OnDeliver(ctx context.Context, _ *pubsub.DeliveryInfo) context.Context    { return ctx }
 
 // noopDelivered asks for delivery durations, so each delivery is timed.
 type noopDelivered struct{}
