@@ -65,6 +65,10 @@ type PublishInfo struct {
 	// call that publishes it, 0 for Publish and PublishValue. A batch
 	// raises the hooks once per record.
 	Batch int
+	// ID is the record's Message.ID, set in OnPublished once it is stored,
+	// when the engine can tell (the in-memory engine can, except for an
+	// IDSource's record that retention already trimmed).
+	ID string
 }
 
 // HookPublish is called for each record about to be appended, after it was

@@ -469,3 +469,48 @@ func TestDeliveryHooksOnAStream(t *testing.T) {
 		drain(t, b)
 	})
 }
+
+// publishedIDs records the IDs OnPublished is told.
+type publishedIDs struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (p *publishedIDs) OnPublished(_ context.Context, info *pubsub.PublishInfo, _ pubsub.Position, _ error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ids = append(p.ids, info.ID)
+}
+
+// OnPublished is told each record's Message.ID, the one its consumers
+// get, whoever names the records.
+func TestPublishedHookKnowsTheMessageID(t *testing.T) {
+	for name, opts := range map[string][]pubsub.BrokerOption{
+		"default IDs": nil,
+		"an IDSource": {pubsub.WithIDs(&seqIDs{})},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ids := &publishedIDs{}
+				b := newBroker(t, append(opts, pubsub.WithHooks(ids))...)
+				topic := mustTopic(t, b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2))
+				var rec recorder[string]
+				mustSubscribe(t, topic, "g", "c", &rec)
+				mustPublish(t, topic, "alice", "1")
+				if _, err := topic.PublishValues(context.Background(), []string{"2", "3"}); err != nil {
+					t.Fatal(err)
+				}
+				drain(t, b)
+				var delivered []string
+				for _, m := range rec.calls() {
+					delivered = append(delivered, m.ID)
+				}
+				slices.Sort(delivered)
+				got := slices.Sorted(slices.Values(ids.ids))
+				if len(got) != 3 || !slices.Equal(got, delivered) || got[0] == "" {
+					t.Errorf("IDs published %q, delivered %q: want the same three", got, delivered)
+				}
+			})
+		})
+	}
+}

@@ -291,9 +291,20 @@ func (t *Topic[K, V]) publishObserved(ctx context.Context, o *observer, p int, r
 	var err error
 	if pos.Offset, err = t.eng.AppendOne(ctx, p, rec); err != nil {
 		pos, err = Position{}, fail(err, "publish to topic %q", t.Name())
+	} else {
+		info.ID = t.recordID(pos)
 	}
 	o.onPublished(hctx, &info, pos, err)
 	return pos, err
+}
+
+// recordID is the ID of the record stored at pos, when the engine can
+// tell; for the publish hooks.
+func (t *Topic[K, V]) recordID(pos Position) string {
+	if ider, ok := t.eng.(engine.RecordIDer); ok {
+		return ider.RecordID(pos.Partition, pos.Offset)
+	}
+	return ""
 }
 
 // route picks rec's partition and checks that rec can be stored there at
@@ -434,6 +445,7 @@ func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int
 	if infos != nil {
 		for i := range infos {
 			if i < stored {
+				infos[i].ID = t.recordID(positions[i])
 				t.b.obs.onPublished(hctxs[i], &infos[i], positions[i], nil)
 			} else {
 				t.b.obs.onPublished(hctxs[i], &infos[i], Position{}, err)

@@ -178,3 +178,24 @@ func (t *Topic) Stats() []PartitionStats {
 	}
 	return out
 }
+
+var _ engine.RecordIDer = (*Topic)(nil)
+
+// RecordID returns the ID of the record at offset of partition: computed
+// from its position for the default IDs, else read from the record while
+// it is retained ("" once it is not).
+func (t *Topic) RecordID(partition int, offset int64) string {
+	p := t.Partition(partition)
+	switch {
+	case p == nil || offset < 0:
+		return ""
+	case p.ids != nil:
+		return p.ids.id(offset)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if offset < p.base || offset >= p.next {
+		return ""
+	}
+	return p.ring.load(offset).ID
+}

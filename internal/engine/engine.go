@@ -164,6 +164,14 @@ const (
 	StuckDetection
 )
 
+// RecordIDer is implemented by a Topic that can tell the ID of a record it
+// stored, for the typed layer's publish hooks (Delivery.ID is the same
+// ID). It is optional. RecordID returns "" when it cannot tell: a record
+// named by an IDSource that is no longer retained, say.
+type RecordIDer interface {
+	RecordID(partition int, offset int64) string
+}
+
 // Redriver is implemented by a Group that can send its dead letters back
 // to itself. It is optional: the typed layer asks for it with a type
 // assertion.
