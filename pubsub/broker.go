@@ -129,7 +129,13 @@ func NewBroker(opts ...BrokerOption) *Broker {
 		}
 		obs, err = nil, fail(err, "new broker")
 	}
-	return &Broker{eng: eng, err: err, obs: obs}
+	b := &Broker{eng: eng, err: err, obs: obs}
+	if obs != nil {
+		for _, h := range obs.newBroker {
+			obs.safely(h, "new broker", func() { h.OnNewBroker(b) })
+		}
+	}
+	return b
 }
 
 // Err returns the error of an invalid option given to NewBroker, or nil.

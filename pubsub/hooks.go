@@ -46,6 +46,14 @@ import (
 // which raises them only if it can: the in-memory engine does.
 type Hook any
 
+// HookNewBroker is called once by NewBroker, with the broker it built,
+// before NewBroker returns (not when an option was invalid). A hook that
+// reads the broker later, such as metrics read from Snapshot at
+// collection time, keeps it from here.
+type HookNewBroker interface {
+	OnNewBroker(b *Broker)
+}
+
 // PublishInfo describes a record being published, to HookPublish and
 // HookPublished.
 type PublishInfo struct {

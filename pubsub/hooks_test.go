@@ -514,3 +514,43 @@ func TestPublishedHookKnowsTheMessageID(t *testing.T) {
 		})
 	}
 }
+
+// gauge is a hook that keeps the broker to read its Snapshot later, as a
+// metrics exporter reads it at collection time.
+type gauge struct{ b *pubsub.Broker }
+
+func (g *gauge) OnNewBroker(b *pubsub.Broker) { g.b = b }
+
+func (g *gauge) lag() int64 {
+	var lag int64
+	for _, t := range g.b.Snapshot().Topics {
+		for _, gr := range t.Groups {
+			lag += gr.Lag
+		}
+	}
+	return lag
+}
+
+// OnNewBroker hands a hook its broker, once, before NewBroker returns.
+func TestNewBrokerHookGetsTheBroker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &gauge{}
+		b := newBroker(t, pubsub.WithHooks(g))
+		if g.b != b {
+			t.Fatalf("OnNewBroker got %p, want the broker NewBroker returned (%p)", g.b, b)
+		}
+		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		grp := mustSubscribe(t, topic, "g", "c", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil }))
+		if err := grp.Pause(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		mustPublish(t, topic, "k", "v")
+		if got := g.lag(); got != 1 {
+			t.Errorf("lag read through the hook's broker: %d, want 1", got)
+		}
+		if err := grp.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, b)
+	})
+}

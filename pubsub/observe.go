@@ -39,6 +39,7 @@ type observer struct {
 	skip         []HookSkip
 	stuckHooks   []HookStuck
 	close        []HookClose
+	newBroker    []HookNewBroker
 
 	warns limiter // rate-limits the Warn records that can flood
 }
@@ -91,6 +92,9 @@ func newObserver(hooks []Hook, log *slog.Logger, stuck time.Duration) (*observer
 		}
 		if x, ok := h.(HookClose); ok {
 			o.close, n = append(o.close, x), n+1
+		}
+		if x, ok := h.(HookNewBroker); ok {
+			o.newBroker, n = append(o.newBroker, x), n+1
 		}
 		if n == 0 {
 			return nil, fmt.Errorf("%w: WithHooks: hook %d (%T) implements no Hook interface", ErrInvalid, i, h)
