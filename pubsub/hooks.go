@@ -18,9 +18,9 @@ import (
 //   - Hooks are called synchronously, on the goroutine where the event
 //     happened: the publisher's for publish and backpressure events (and
 //     drops and expiries a publish causes), the partition's worker for
-//     delivery, retry, dead-letter and skip events, the caller's for
-//     rebalance and close events, the stuck-handler watchdog's for stuck
-//     events. A slow hook slows that goroutine: a delivery hook delays its
+//     delivery, retry, dead-letter and skip events (and expiries a read
+//     causes), the caller's for rebalance, close and new-broker events,
+//     the stuck-handler watchdog's for stuck events. A slow hook slows that goroutine: a delivery hook delays its
 //     whole partition. Keep hooks fast; hand slow work to a goroutine of
 //     your own.
 //   - Hooks are called outside every lock of the broker, so they may call
