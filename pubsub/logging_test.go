@@ -270,3 +270,45 @@ func TestStuckWatchdogRunsOnlyWhenAsked(t *testing.T) {
 		}
 	})
 }
+
+// stuckSignal closes its channel at the first stuck event.
+type stuckSignal struct {
+	once sync.Once
+	ch   chan pubsub.StuckEvent
+}
+
+func (s *stuckSignal) OnStuck(e pubsub.StuckEvent) {
+	s.once.Do(func() { s.ch <- e })
+}
+
+// The watchdog in real time, outside a bubble: a handler that waits for
+// the stuck report is reported, and Close stops the watchdog (goleak, in
+// TestMain, finds any goroutine left).
+func TestStuckWatchdogInRealTime(t *testing.T) {
+	sig := &stuckSignal{ch: make(chan pubsub.StuckEvent, 1)}
+	b := pubsub.NewBroker(pubsub.WithHooks(sig), pubsub.WithStuckAfter(10*time.Millisecond))
+	topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+	reported := make(chan pubsub.StuckEvent, 1)
+	mustSubscribe(t, topic, "g", "c", pubsub.HandlerFunc[string](func(ctx context.Context, _ pubsub.Message[string]) error {
+		select {
+		case e := <-sig.ch:
+			reported <- e
+		case <-ctx.Done(): // Close gave up: bounds a failure only
+		}
+		return nil
+	}))
+	mustPublish(t, topic, "k", "v")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-reported:
+		if e.Delivery.Group != "g" || e.Running < 10*time.Millisecond || e.Returned {
+			t.Errorf("stuck event %+v, want group g running at least 10ms", e)
+		}
+	default:
+		t.Error("the handler was never reported stuck")
+	}
+}
