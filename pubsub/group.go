@@ -3,7 +3,6 @@ package pubsub
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"maps"
 	"strconv"
@@ -428,15 +427,7 @@ func (g *Group[V]) Redrive(ctx context.Context, match func(DeadLetter[V]) bool) 
 	if ctx == nil {
 		return 0, fail(errNilContext, "redrive group %q", g.Name())
 	}
-	r, ok := g.eng.(engine.Redriver)
-	if !ok {
-		return 0, fail(fmt.Errorf("%w: the engine cannot redrive dead letters", ErrInvalid), "redrive group %q", g.Name())
-	}
-	var em func(*engine.DeadLetter) bool
-	if match != nil {
-		em = func(l *engine.DeadLetter) bool { return match(g.letter(l)) }
-	}
-	n, err := r.Redrive(ctx, em)
+	n, err := redrive(ctx, g.eng, func(l *engine.DeadLetter) bool { return match(g.letter(l)) }, match == nil)
 	err = fail(err, "redrive group %q", g.Name())
 	g.obs.operator("redrove dead letters", g.topic, g.Name(), err, slog.Int("count", n))
 	return n, err
