@@ -15,6 +15,14 @@
 // error. Reads of counters and positions (Stats, Lag, Committed,
 // Assignment, DeadLetters) are snapshots an engine may serve from what it
 // last observed, and say so in its documentation.
+//
+// Some abilities are optional, asked for with a type assertion, so an
+// engine without them still compiles and the typed layer says what it
+// does instead: an Engine may describe itself at once (Snapshotter), a
+// Topic may tell a stored record's ID (RecordIDer), a Group may send its
+// dead letters back to itself (Redriver). An engine that reports its
+// events calls Config.Observer (capability Observed); one that watches
+// its handlers honours Config.StuckAfter (StuckDetection).
 package engine
 
 import (
