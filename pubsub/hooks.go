@@ -300,14 +300,25 @@ func WithHooks(hooks ...Hook) BrokerOption {
 }
 
 // WithLogger makes the broker log with l. The default is nil: nothing is
-// logged. Events about one record are logged at Debug at most (retries,
-// drops, expiries); dead letters, skipped records, backpressure timeouts and
-// stuck handlers at Warn, each at most once per second per group and
-// partition (or topic and partition), with the count of those left out;
-// recovered panics of handlers and hooks, and a Close that left records
-// behind, at Error, a panic with its stack; rebalances, Pause, Resume,
-// Seek, Replay, Redrive and Close at Info. Attributes use the OpenTelemetry
-// messaging keys: messaging.destination.name, messaging.consumer.group.name,
+// logged. The levels:
+//
+//   - Debug: events about one record (a retry, records dropped or
+//     expired, a producer waiting for room). Nothing is logged per record
+//     on the success path.
+//   - Info: rebalances; Pause, Resume, Seek, Replay, Redrive and Leave;
+//     Close; a stuck handler that returned.
+//   - Warn: a dead letter (with its kind: decode, panic, permanent or
+//     exhausted, and whether it evicted the oldest), records skipped, a
+//     publish that gave up with ErrBackpressure, a stuck handler.
+//   - Error: a handler's recovered panic, with its stack; a hook's panic;
+//     a Close that left records behind (one Warn more per partition).
+//
+// Dead letters, skips, backpressure timeouts and handler panics, which a
+// failing consumer or a full partition can repeat at every record, are
+// logged at most once a second per group and partition (per topic and
+// partition for backpressure); the next record says how many were left
+// out (not_logged). Attributes use the OpenTelemetry messaging keys:
+// messaging.destination.name, messaging.consumer.group.name,
 // messaging.destination.partition.id, messaging.message.id, then offset,
 // attempt, error.
 //

@@ -257,10 +257,16 @@ func describe(d *engine.Delivery, group, consumer string) DeliveryInfo {
 }
 
 // logPanic logs a handler's recovered panic at Error, with its stack.
+// A handler that panics on every record would flood the log, so this too
+// is let through once a second per group and partition.
 func (o *observer) logPanic(ctx context.Context, d DeliveryInfo, pe *engine.PanicError) {
-	if o.enabled(slog.LevelError) {
+	if !o.enabled(slog.LevelError) {
+		return
+	}
+	if ok, left := o.warns.allow("panic", d.Topic, d.Group, d.Partition); ok {
 		o.logAttrs(ctx, slog.LevelError, "logbus: handler panicked",
-			append(deliveryAttrs(&d), slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))...)
+			append(deliveryAttrs(&d), slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)),
+				slog.Int64("not_logged", left))...)
 	}
 }
 
