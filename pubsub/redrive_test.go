@@ -237,3 +237,30 @@ func TestGroupCallsByName(t *testing.T) {
 		wantErrIs(t, "Redrive of an unknown group", err, pubsub.ErrSubscription)
 	})
 }
+
+// A redriven letter waits for a consumer: the group's only consumer left,
+// so the letter stalls Drain; the next consumer to join delivers it.
+func TestRedrivenLetterWaitsForAConsumer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		var first recorder[string]
+		first.fail = func(context.Context, pubsub.Message[string]) error { return pubsub.ErrPermanent }
+		g := mustSubscribe(t, topic, "billing", "b1", &first)
+		mustPublish(t, topic, "k", "v")
+		drain(t, b)
+		if err := g.Leave(context.Background(), "b1"); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := g.Redrive(context.Background(), nil); n != 1 || err != nil {
+			t.Fatalf("Redrive: %d, %v; want 1, nil", n, err)
+		}
+		wantErrIs(t, "Drain with a redriven letter and no consumer", b.Drain(context.Background()), pubsub.ErrStalled)
+		var second recorder[string]
+		mustSubscribe(t, topic, "billing", "b2", &second)
+		drain(t, b)
+		if got := second.calls(); len(got) != 1 || got[0].Value != "v" || got[0].Attempt != 1 {
+			t.Errorf("the new consumer got %+v, want the redriven record at attempt 1", got)
+		}
+	})
+}
