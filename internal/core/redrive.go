@@ -64,15 +64,24 @@ func (q *redriveQueue) pop() (redriven, bool) {
 // them to be delivered (Drain does); ctx is for engines that must reach a
 // server. match runs under no lock. After Close it fails with ErrClosed.
 func (g *Group) Redrive(_ context.Context, match func(*DeadLetter) bool) (int, error) {
-	g.mu.Lock()
-	stopped := g.stopped
-	g.mu.Unlock()
-	if stopped || g.broker.State() != Running {
+	if g.isStopped() {
 		return 0, ErrClosed
 	}
-	letters := g.dlq.take(match)
+	letters := g.dlq.take(match) // match runs here, under no lock
 	if len(letters) == 0 {
 		return 0, nil
+	}
+	// The letters go to the queues under mu, where shutdown marks the group
+	// stopped: either they are queued before, and Close puts back what the
+	// workers did not deliver (reparkRedriven), or Close began meanwhile
+	// and they go straight back.
+	g.mu.Lock()
+	if g.stopped {
+		g.mu.Unlock()
+		for _, l := range letters {
+			g.dlq.add(l)
+		}
+		return 0, ErrClosed
 	}
 	byPartition := make(map[int][]redriven)
 	for _, l := range letters {
@@ -80,12 +89,8 @@ func (g *Group) Redrive(_ context.Context, match func(*DeadLetter) bool) (int, e
 	}
 	for p, items := range byPartition {
 		g.parts[p].redrive.push(items...)
-	}
-	g.redriven.Add(int64(len(letters)))
-	// Wake the workers that wait for records: their bells are rung, as
-	// an append rings them.
-	g.mu.Lock()
-	for p := range byPartition {
+		// Wake the worker if it waits for records: its bell is rung, as an
+		// append rings it.
 		if w := g.parts[p].w; w != nil {
 			select {
 			case w.bell <- struct{}{}:
@@ -93,8 +98,16 @@ func (g *Group) Redrive(_ context.Context, match func(*DeadLetter) bool) (int, e
 			}
 		}
 	}
+	g.redriven.Add(int64(len(letters)))
 	g.mu.Unlock()
 	return len(letters), nil
+}
+
+// isStopped reports whether Close stopped the group, or began to.
+func (g *Group) isStopped() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.stopped || g.broker.State() != Running
 }
 
 // take removes and returns, oldest first, the letters match accepts. match
