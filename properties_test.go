@@ -44,6 +44,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"maps"
 	"runtime"
 	"slices"
@@ -434,6 +436,8 @@ type machine struct {
 	wantLetters   map[string]map[letter]int // the dead letters the history explains, per group
 	retried       map[string]int64          // failed attempts that were not the last, per group
 	lateAcks      map[string]int64          // acks given after Close returned, per group
+
+	tally *tally // the hooks' counts, when the run is observed
 }
 
 func newMachine(t *rapid.T) *machine {
@@ -471,8 +475,17 @@ func newMachine(t *rapid.T) *machine {
 		Multiplier:  2,
 		MaxDelay:    5 * time.Second,
 	}
+	opts := []pubsub.BrokerOption{pubsub.WithRetry(retry), pubsub.WithClock(bubbleClock{})}
+	if rapid.Bool().Draw(t, "observed") {
+		// Every hook, a logger that formats every record, and the stuck
+		// watchdog: the run must keep every invariant all the same, and
+		// the hooks' tallies must match the counters (checkTally).
+		m.tally = &tally{}
+		opts = append(opts, pubsub.WithHooks(m.tally), pubsub.WithLogger(slog.New(slog.NewTextHandler(io.Discard,
+			&slog.HandlerOptions{Level: slog.LevelDebug}))), pubsub.WithStuckAfter(time.Second))
+	}
 	// No t.Cleanup closes it: stop does, deferred in the bubble's body.
-	m.b = pubsub.NewBroker(pubsub.WithRetry(retry), pubsub.WithClock(bubbleClock{}))
+	m.b = pubsub.NewBroker(opts...)
 	var err error
 	m.topic, err = pubsub.NewTopic(m.b, "jobs", codec.String(), jobCodec,
 		pubsub.WithPartitions(m.partitions), pubsub.WithRetention(m.retention))
@@ -2057,6 +2070,7 @@ func (m *machine) closeAndCheck(t *rapid.T) {
 		t.Fatalf("close: %d goroutines outlived Close", len(left))
 	}
 	m.Check(t) // every ack that returned before Close is in the committed offsets
+	m.checkTally(t)
 
 	if _, err := m.topic.PublishValue(context.Background(), job{}); !errors.Is(err, pubsub.ErrClosed) {
 		t.Fatalf("close: Publish after Close returned %v, want ErrClosed", err)
@@ -2081,6 +2095,94 @@ func (m *machine) closeAndCheck(t *rapid.T) {
 		}
 		if err := errors.Join(g.Pause(context.Background()), g.Resume(context.Background())); err != nil {
 			t.Fatalf("close: Pause or Resume on %s after Close: %v, want nothing done", group, err)
+		}
+	}
+}
+
+// tally is a hook that counts what the broker reports, to check against
+// its counters.
+type tally struct {
+	mu                                  sync.Mutex
+	published, blocked, timedOut        int64
+	dropped, expired                    int64
+	retried, deadLettered, skipped, ack map[string]int64
+}
+
+func (y *tally) count(m *map[string]int64, group string, n int64) {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	if *m == nil {
+		*m = map[string]int64{}
+	}
+	(*m)[group] += n
+}
+
+func (y *tally) add(n *int64, d int64) {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	*n += d
+}
+
+func (y *tally) OnPublished(_ context.Context, _ *pubsub.PublishInfo, _ pubsub.Position, err error) {
+	if err == nil {
+		y.add(&y.published, 1)
+	}
+}
+
+func (y *tally) OnBackpressure(e pubsub.BackpressureEvent) {
+	if e.Err == nil {
+		y.add(&y.blocked, 1)
+	} else {
+		y.add(&y.timedOut, 1)
+	}
+}
+
+func (y *tally) OnDrop(e pubsub.TrimEvent)   { y.add(&y.dropped, e.Count) }
+func (y *tally) OnExpire(e pubsub.TrimEvent) { y.add(&y.expired, e.Count) }
+func (y *tally) OnRetry(e pubsub.RetryEvent) { y.count(&y.retried, e.Delivery.Group, 1) }
+func (y *tally) OnDeadLetter(e pubsub.DeadLetterEvent) {
+	y.count(&y.deadLettered, e.Delivery.Group, 1)
+}
+func (y *tally) OnSkip(e pubsub.SkipEvent) { y.count(&y.skipped, e.Group, e.To-e.From) }
+func (y *tally) OnDelivered(_ context.Context, d *pubsub.DeliveryInfo, r pubsub.DeliveryResult) {
+	if r.Outcome == pubsub.OutcomeAcked {
+		y.count(&y.ack, d.Group, 1)
+	}
+}
+
+// checkTally: the hooks saw exactly what the counters count. Every
+// publish stored, wait, timeout, drop and expiry of the topic, every
+// retry, dead letter and skipped record of each group; and at least as
+// many acked deliveries as the group counts delivered (an ack that came
+// after Close returned is not counted).
+func (m *machine) checkTally(t *rapid.T) {
+	if m.tally == nil {
+		return
+	}
+	y := m.tally
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	ts := m.topic.Stats()
+	for what, got := range map[string][2]int64{
+		"published": {y.published, ts.Published}, "waited for room": {y.blocked, ts.Blocked},
+		"timed out": {y.timedOut, ts.TimedOut}, "dropped": {y.dropped, ts.Dropped}, "expired": {y.expired, ts.Expired},
+	} {
+		if got[0] != got[1] {
+			t.Fatalf("hooks: the topic %s %d records by its hooks, %d by its stats", what, got[0], got[1])
+		}
+	}
+	for _, group := range slices.Sorted(maps.Keys(m.groups)) {
+		s := m.groups[group].Stats()
+		for what, got := range map[string][2]int64{
+			"retried": {y.retried[group], s.Retried}, "dead-lettered": {y.deadLettered[group], s.DeadLettered},
+			"skipped": {y.skipped[group], s.Skipped},
+		} {
+			if got[0] != got[1] {
+				t.Fatalf("hooks: %s %s %d records by its hooks, %d by its stats", group, what, got[0], got[1])
+			}
+		}
+		if y.ack[group] < s.Delivered {
+			t.Fatalf("hooks: %s acked %d deliveries by its hooks, but counts %d delivered", group, y.ack[group], s.Delivered)
 		}
 	}
 }
