@@ -36,25 +36,46 @@ func (q *redriveQueue) push(items ...redriven) {
 	q.pending.Store(int32(len(q.items)))
 }
 
-// pushFront gives back an item the worker could not finish.
-func (q *redriveQueue) pushFront(it redriven) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.items = slices.Insert(q.items, 0, it)
-	q.pending.Store(int32(len(q.items)))
-}
-
-func (q *redriveQueue) pop() (redriven, bool) {
+// head returns the letter to deliver next, which stays queued (and
+// counted in pending, so Drain waits for it) until done removes it.
+func (q *redriveQueue) head() (redriven, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.items) == 0 {
 		return redriven{}, false
 	}
-	it := q.items[0]
-	q.items[0] = redriven{}
-	q.items = q.items[1:]
-	q.pending.Store(int32(len(q.items)))
-	return it, true
+	return q.items[0], true
+}
+
+// tried records the attempts made on the head, for the next worker if
+// this one stops before it is done.
+func (q *redriveQueue) tried(attempts int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) > 0 {
+		q.items[0].attempts = attempts
+	}
+}
+
+// done removes the head: delivered, or dead-lettered again.
+func (q *redriveQueue) done() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) > 0 {
+		q.items[0] = redriven{}
+		q.items = q.items[1:]
+		q.pending.Store(int32(len(q.items)))
+	}
+}
+
+// pop removes and returns the head, for Close to put back what was not
+// delivered.
+func (q *redriveQueue) pop() (redriven, bool) {
+	it, ok := q.head()
+	if ok {
+		q.done()
+	}
+	return it, ok
 }
 
 // Redrive takes the dead letters match accepts (all when match is nil) out
@@ -140,7 +161,8 @@ func (q *deadLetters) take(match func(*DeadLetter) bool) []DeadLetter {
 // redeliver delivers the redriven letters waiting on the worker's
 // partition, one by one, retrying and dead-lettering them as deliver does
 // a record but committing nothing. It reports false when the worker must
-// exit; a letter it could not finish goes back to the front of the queue.
+// exit; a letter it could not finish stays at the head of the queue, with
+// its attempts, for the next worker.
 func (w *worker) redeliver() bool {
 	gp, g := w.gp, w.g
 	// A record of the partition may be mid-retry, left by the previous
@@ -150,7 +172,7 @@ func (w *worker) redeliver() bool {
 	defer g.broker.notifyProgress() // Drain waits for redriven letters too
 	hardStop := g.broker.handlerCtx
 	for !w.stopping() {
-		it, ok := w.gp.redrive.pop()
+		it, ok := gp.redrive.head()
 		if !ok {
 			return true
 		}
@@ -164,23 +186,23 @@ func (w *worker) redeliver() bool {
 				gp.acks++
 				gp.attempts = 0
 				gp.setState(Acked)
+				gp.redrive.done()
 				break
 			}
 			if errors.Is(err, ErrNotDelivered) {
-				gp.redrive.pushFront(it)
-				return false
+				return false // it never happened: the head keeps its attempts
 			}
 			it.attempts = attempt
+			gp.redrive.tried(attempt)
 			if errors.Is(err, ErrAbandoned) || hardStop.Err() != nil {
-				gp.redrive.pushFront(it)
 				return false
 			}
 			if errors.Is(err, ErrPermanent) || attempt >= g.retry.MaxAttempts {
 				w.park(rec, attempt, err)
+				gp.redrive.done()
 				break
 			}
 			if !w.backoff(rec, attempt, err) {
-				gp.redrive.pushFront(it)
 				return false
 			}
 		}
