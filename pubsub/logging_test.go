@@ -220,8 +220,9 @@ func TestStuckHandlerIsReported(t *testing.T) {
 		drain(t, b)
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if got := ev.with("stuck"); len(got) != 2 || !strings.HasSuffix(got[1], "returned=true") {
-			t.Errorf("after release: %q, want a returned event", got)
+		if got := ev.with("stuck"); len(got) != 2 || !strings.HasSuffix(got[1], "returned=true") ||
+			!strings.HasPrefix(got[1], fmt.Sprintf("stuck billing/%d@0 ", pos.Partition)) {
+			t.Errorf("after release: %q, want a returned event for offset 0", got)
 		}
 		if got := logs.find("logbus: stuck handler returned"); len(got) != 1 || got[0].level != "INFO" {
 			t.Errorf("returned log %v, want one Info", got)

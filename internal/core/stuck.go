@@ -40,6 +40,7 @@ type sample struct {
 	reported bool  // EventStuck was raised for this delivery
 	g        *Group
 	consumer string // the owner when it was reported
+	offset   int64  // the record in flight when it was reported
 }
 
 func newWatchdog(b *Broker, after time.Duration) *watchdog {
@@ -109,6 +110,9 @@ func (w *watchdog) sample() {
 func (w *watchdog) event(kind EventKind, gp *groupPartition, s *sample, word uint64) *Event {
 	_, attempt, _ := unpackProgress(word)
 	if kind == engine.EventStuck {
+		// The record in flight is the one at the committed offset (or a
+		// redriven letter): the worker commits each before the next.
+		s.offset = gp.cursor.Committed()
 		s.g.mu.Lock()
 		if gp.owner != nil {
 			s.consumer = gp.owner.name
@@ -116,7 +120,7 @@ func (w *watchdog) event(kind EventKind, gp *groupPartition, s *sample, word uin
 		s.g.mu.Unlock()
 	}
 	return &Event{Kind: kind, Topic: s.g.topic.name, Group: s.g.name, Consumer: s.consumer, Partition: gp.index,
-		Offset: gp.cursor.Committed(), Attempt: attempt, Delay: time.Duration(w.tick-s.since) * w.period}
+		Offset: s.offset, Attempt: attempt, Delay: time.Duration(w.tick-s.since) * w.period}
 }
 
 // runningFor is how long the delivery in flight on gp has run, as far as

@@ -91,13 +91,17 @@ const (
 	Observed Capability = "observed"
 	// Redrive: Group.Redrive sends dead letters back to their group.
 	Redrive Capability = "redrive"
+	// StuckDetection: the engine honours pubsub.WithStuckAfter, reporting
+	// a delivery that runs too long to HookStuck and in the Snapshot.
+	// Checked in virtual time, so it also needs Synctest.
+	StuckDetection Capability = "stuck-detection"
 )
 
 // AllCapabilities returns every Capability, in a new slice. The in-memory
 // engine of pubsub.NewBroker has them all.
 func AllCapabilities() []Capability {
 	return []Capability{Synctest, InjectedClock, CustomIDs, ExactBlock, ReclaimOnCommit, GiveBack, DropOldest, MaxAge, MaxBytes,
-		Snapshots, Observed, Redrive}
+		Snapshots, Observed, Redrive, StuckDetection}
 }
 
 // RunConformance checks that e keeps every guarantee of the logbus

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"testing/synctest"
+	"time"
 
 	"github.com/logbus/logbus/pubsub"
 )
@@ -159,7 +162,48 @@ func observeCases() []confCase {
 				c.Errorf("stats %+v and %d dead letters, want 1 redriven and none left", s, len(g.DeadLetters()))
 			}
 		}},
+		{name: "WithStuckAfter reports a delivery running past the threshold, once, and when it returns", needs: []Capability{Synctest, StuckDetection}, run: func(c *conf) {
+			h := &confHooks{}
+			b := c.broker(pubsub.WithHooks(h), pubsub.WithStuckAfter(time.Second))
+			topic := c.topic(b, "orders")
+			release := make(chan struct{})
+			subscribe(c, topic, "billing", "b1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
+				<-release
+				return nil
+			}))
+			publishValue(c, topic, "slow")
+			time.Sleep(3 * time.Second)
+			synctest.Wait()
+			if got := h.with("stuck"); len(got) != 1 || got[0] != "stuck billing@0 returned=false" {
+				c.Errorf("after 3s: stuck events %q, want one for billing@0", got)
+			}
+			if p := b.Snapshot().Topics[0].Groups[0].Partitions[0]; !p.Stuck || p.RunningFor < time.Second {
+				c.Errorf("snapshot %+v, want Stuck with RunningFor at least 1s", p)
+			}
+			close(release)
+			c.drain(b)
+			time.Sleep(time.Second)
+			synctest.Wait()
+			if got := h.with("stuck"); len(got) != 2 || got[1] != "stuck billing@0 returned=true" {
+				c.Errorf("after it returned: stuck events %q, want a second one with returned", got)
+			}
+		}},
 	}
+}
+
+// with returns the lines that start with prefix.
+func (h *confHooks) with(prefix string) []string {
+	var out []string
+	for _, l := range h.all() {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func (h *confHooks) OnStuck(e pubsub.StuckEvent) {
+	h.add("stuck %s@%d returned=%t", e.Delivery.Group, e.Delivery.Offset, e.Returned)
 }
 
 // confHooks writes down the events of the hooks the suite checks.
