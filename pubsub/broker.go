@@ -15,7 +15,9 @@ import (
 // A broker must be closed with Close to stop its goroutines.
 type Broker struct {
 	eng engine.Engine
-	err error // an invalid BrokerOption, reported by NewTopic
+	err error     // an invalid BrokerOption, reported by NewTopic
+	obs *observer // nil when nothing observes the broker: no hook, logger or stuck watch
+	reg registry  // the topics and groups made through it, for a Partial Snapshot
 
 	closeMu  sync.Mutex
 	closeErr [2]error // the engine's Close error and what Close made of it, so every Close returns the same value

@@ -193,6 +193,7 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 	if err != nil {
 		return nil, fail(err, "subscribe %q to group %q", consumer, group)
 	}
+	t.b.reg.addGroup(t.Name(), g)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	typed, ok := t.groups[group]

@@ -193,6 +193,7 @@ func NewTopic[K, V any](b *Broker, name string, keys codec.Codec[K], values code
 	if err != nil {
 		return nil, fail(err, "new topic %q", name)
 	}
+	b.reg.addTopic(t)
 	topic := &Topic[K, V]{b: b, eng: t, keys: keys, values: values, partitioner: cfg.partitioner, partitions: t.Partitions(),
 		maxBytes: cfg.Retention.MaxBytes, groups: make(map[string]*Group[V])}
 	topic.keyAppender, _ = keys.(codec.Appender[K])
@@ -463,20 +464,7 @@ type TopicStats struct {
 }
 
 // Stats returns the topic's counters. It does not block.
-func (t *Topic[K, V]) Stats() TopicStats {
-	var s TopicStats
-	for _, p := range t.eng.Stats() {
-		s.Published += p.End
-		s.Retained += p.Retained
-		s.RetainedBytes += p.RetainedBytes
-		s.Reclaimed += p.Reclaimed
-		s.Dropped += p.Dropped
-		s.Expired += p.Expired
-		s.Blocked += p.Blocked
-		s.TimedOut += p.TimedOut
-	}
-	return s
-}
+func (t *Topic[K, V]) Stats() TopicStats { return topicStats(t.eng.Stats()) }
 
 // Offsets returns a partition's earliest retained offset and its end offset
 // (the offset the next record will get): the range Seek accepts. A partition

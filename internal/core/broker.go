@@ -26,6 +26,7 @@ type Broker struct {
 	idPrefix string       // the default IDs' per-broker prefix
 	topicSeq atomic.Int64 // numbers topics for the default IDs
 	offsets  *OffsetStore
+	stuck    *watchdog // nil unless Config.StuckAfter is set
 
 	// handlerCtx is every handler's context. It ends only when Close gives up
 	// on draining, to hurry the handlers still running.

@@ -93,9 +93,12 @@ type groupPartition struct {
 	w      *worker // guarded by Group.mu: the worker serving it, stopping or not; nil when none runs
 	holds  int     // guarded by Group.mu: seeks waiting for the partition to be idle; no worker starts meanwhile
 
-	// progress is the partition's DeliveryState (the low 8 bits) and the
-	// count of its acks (the rest), in one word so that a state and the
-	// count are one atomic store. Only the running worker writes it (see
+	// progress is the partition's DeliveryState (the low 8 bits), the
+	// attempt on the current record (the next 8, saturating at 255) and
+	// the count of its acks (the rest), in one word so that a state, its
+	// attempt and the count are one atomic store: a snapshot or the stuck
+	// watchdog reads them without a lock, and a retry of the same record
+	// shows a word of its own. Only the running worker writes it (see
 	// retryOffset), from acks, its own count.
 	progress atomic.Uint64
 	acks     uint64 // the acks so far; see ack for when progress shows them
@@ -112,7 +115,15 @@ type groupPartition struct {
 
 // setState records where the current delivery stands, and the acks so far.
 func (gp *groupPartition) setState(s DeliveryState) {
-	gp.progress.Store(gp.acks<<8 | uint64(s))
+	gp.progress.Store(gp.acks<<progressAcks | uint64(min(gp.attempts, 0xff))<<8 | uint64(s))
+}
+
+// progressAcks is where the count of acks starts in progress.
+const progressAcks = 16
+
+// unpackProgress splits a progress word.
+func unpackProgress(w uint64) (s DeliveryState, attempt int, acks uint64) {
+	return DeliveryState(w & 0xff), int(w >> 8 & 0xff), w >> progressAcks
 }
 
 // ack counts an ack. When the worker goes straight on to its next record
@@ -136,7 +147,7 @@ func (gp *groupPartition) unack() {
 
 // showAck stores the state Acked if progress does not show every ack yet.
 func (gp *groupPartition) showAck() {
-	if gp.progress.Load()>>8 != gp.acks {
+	if gp.progress.Load()>>progressAcks != gp.acks {
 		gp.setState(Acked)
 	}
 }
@@ -540,7 +551,7 @@ func (g *Group) Stats() GroupStats {
 	_, evicted := g.dlq.snapshot()
 	var delivered int64
 	for _, gp := range g.parts {
-		delivered += int64(gp.progress.Load() >> 8)
+		delivered += int64(gp.progress.Load() >> progressAcks)
 	}
 	return GroupStats{
 		Delivered:          delivered,
