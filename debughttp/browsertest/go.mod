@@ -1,0 +1,13 @@
+module github.com/logbus/logbus/debughttp/browsertest
+
+go 1.26.0
+
+require github.com/logbus/logbus v0.0.0
+
+require (
+	github.com/chromedp/cdproto v0.160.1 // indirect
+	github.com/chromedp/chromedp v0.23.1 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+)
+
+replace github.com/logbus/logbus => ../..
