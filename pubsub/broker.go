@@ -2,7 +2,9 @@ package pubsub
 
 import (
 	"context"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/logbus/logbus/codec"
@@ -20,6 +22,7 @@ type Broker struct {
 	obs *observer // nil when nothing observes the broker: no hook, logger or stuck watch
 	reg registry  // the topics and groups made through it, for a Partial Snapshot
 
+	closing  atomic.Bool // the first Close call took it: that one logs and raises HookClose
 	closeMu  sync.Mutex
 	closeErr [2]error // the engine's Close error and what Close made of it, so every Close returns the same value
 }
@@ -31,6 +34,8 @@ type BrokerOption interface{ applyBroker(*brokerConfig) }
 type brokerConfig struct {
 	engine.Config
 	engine Engine
+	hooks  []Hook
+	logger *slog.Logger
 }
 
 type brokerOptionFunc func(*brokerConfig)
@@ -111,16 +116,21 @@ func NewBroker(opts ...BrokerOption) *Broker {
 	for _, o := range opts {
 		o.applyBroker(&cfg)
 	}
-	eng, err := cfg.open()
+	obs, err := newObserver(cfg.hooks, cfg.logger, cfg.StuckAfter)
+	var eng engine.Engine
+	if err == nil {
+		cfg.Observer = obs.engineObserver()
+		eng, err = cfg.open()
+	}
 	if err != nil {
 		// A broker all the same, so that its methods work; NewTopic
 		// reports err.
 		if eng == nil {
 			eng, _ = InMemory().Open(engine.Config{})
 		}
-		err = fail(err, "new broker")
+		obs, err = nil, fail(err, "new broker")
 	}
-	return &Broker{eng: eng, err: err}
+	return &Broker{eng: eng, err: err, obs: obs}
 }
 
 // Err returns the error of an invalid option given to NewBroker, or nil.
@@ -216,13 +226,23 @@ func (b *Broker) Close(ctx context.Context) error {
 	if err := b.check(ctx); err != nil {
 		return fail(err, "close")
 	}
+	first := b.closing.CompareAndSwap(false, true)
+	var began time.Time
+	if first && b.obs != nil {
+		began = time.Now()
+		b.obs.logAttrs(ctx, slog.LevelInfo, "logbus: closing")
+	}
 	err := b.eng.Close(ctx)
 	b.closeMu.Lock()
-	defer b.closeMu.Unlock()
 	if err != b.closeErr[0] || b.closeErr[1] == nil {
 		b.closeErr = [2]error{err, fail(err, "close")}
 	}
-	return b.closeErr[1]
+	err = b.closeErr[1]
+	b.closeMu.Unlock()
+	if first && b.obs != nil {
+		b.obs.onClose(time.Since(began), err)
+	}
+	return err
 }
 
 // Lag returns how many records of topic the group has yet to commit, over
@@ -271,5 +291,7 @@ func (b *Broker) Replay(ctx context.Context, group, topic string, from Start) er
 	if err != nil {
 		return fail(err, "replay group %q on topic %q", group, topic)
 	}
-	return fail(g.Replay(ctx, from.spec), "replay group %q on topic %q from %v", group, topic, from)
+	err = fail(g.Replay(ctx, from.spec), "replay group %q on topic %q from %v", group, topic, from)
+	b.obs.operator("replayed", topic, group, err, slog.String("from", from.String()))
+	return err
 }

@@ -3,7 +3,9 @@ package pubsub
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"maps"
+	"strconv"
 	"sync"
 	"time"
 
@@ -189,6 +191,9 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 			return handOver(ctx, handle, d, v, &keys[d.Partition])
 		}
 	}
+	if o := t.b.obs; o != nil && o.delivers && h != nil {
+		h = o.wrapDelivery(group, consumer, h)
+	}
 	g, err := t.b.eng.Subscribe(context.Background(), t.Name(), group, consumer, h, onLeave, cfg)
 	if err != nil {
 		return nil, fail(err, "subscribe %q to group %q", consumer, group)
@@ -198,7 +203,7 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 	defer t.mu.Unlock()
 	typed, ok := t.groups[group]
 	if !ok {
-		typed = &Group[V]{eng: g, values: t.values}
+		typed = &Group[V]{eng: g, values: t.values, obs: t.b.obs, topic: t.Name()}
 		t.groups[group] = typed
 	}
 	return typed, nil
@@ -223,6 +228,8 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 type Group[V any] struct {
 	eng    engine.Group
 	values codec.Codec[V]
+	obs    *observer // the broker's; nil when nothing observes it
+	topic  string
 
 	mu sync.Mutex
 	// streams are the group's Streams that have not left, by consumer
@@ -268,7 +275,9 @@ func (g *Group[V]) Leave(ctx context.Context, consumer string) error {
 		return fail(errNilContext, "leave group %q", g.Name())
 	}
 	g.left(consumer, nil)
-	return fail(g.eng.Leave(ctx, consumer), "leave group %q", g.Name())
+	err := fail(g.eng.Leave(ctx, consumer), "leave group %q", g.Name())
+	g.obs.operator("consumer left", g.topic, g.Name(), err, slog.String("consumer", consumer))
+	return err
 }
 
 // Assignment returns each consumer's partitions. A consumer that owns none
@@ -285,7 +294,9 @@ func (g *Group[V]) Pause(ctx context.Context) error {
 	if ctx == nil {
 		return fail(errNilContext, "pause group %q", g.Name())
 	}
-	return fail(g.eng.Pause(ctx), "pause group %q", g.Name())
+	err := fail(g.eng.Pause(ctx), "pause group %q", g.Name())
+	g.obs.operator("paused", g.topic, g.Name(), err)
+	return err
 }
 
 // Resume restarts deliveries from the committed offsets. The in-memory
@@ -296,7 +307,9 @@ func (g *Group[V]) Resume(ctx context.Context) error {
 	if ctx == nil {
 		return fail(errNilContext, "resume group %q", g.Name())
 	}
-	return fail(g.eng.Resume(ctx), "resume group %q", g.Name())
+	err := fail(g.eng.Resume(ctx), "resume group %q", g.Name())
+	g.obs.operator("resumed", g.topic, g.Name(), err)
+	return err
 }
 
 // Seek moves the group's offset on one partition. offset must lie between
@@ -310,7 +323,9 @@ func (g *Group[V]) Seek(ctx context.Context, partition int, offset int64) error 
 	if ctx == nil {
 		return fail(errNilContext, "seek group %q", g.Name())
 	}
-	return fail(g.eng.Seek(ctx, partition, offset), "seek group %q partition %d to offset %d", g.Name(), partition, offset)
+	err := fail(g.eng.Seek(ctx, partition, offset), "seek group %q partition %d to offset %d", g.Name(), partition, offset)
+	g.obs.operator("seeked", g.topic, g.Name(), err, slog.String(attrPartition, strconv.Itoa(partition)), slog.Int64("offset", offset))
+	return err
 }
 
 // Replay moves every partition's offset to from (see Start), rewinding or
@@ -322,7 +337,9 @@ func (g *Group[V]) Replay(ctx context.Context, from Start) error {
 	if ctx == nil {
 		return fail(errNilContext, "replay group %q", g.Name())
 	}
-	return fail(g.eng.Replay(ctx, from.spec), "replay group %q from %v", g.Name(), from)
+	err := fail(g.eng.Replay(ctx, from.spec), "replay group %q from %v", g.Name(), from)
+	g.obs.operator("replayed", g.topic, g.Name(), err, slog.String("from", from.String()))
+	return err
 }
 
 // Committed returns the next offset the group will read from partition, or
@@ -341,6 +358,7 @@ type GroupStats struct {
 	DeadLettered       int64 // messages given up on
 	Skipped            int64 // records trimmed by retention before the group read them
 	DeadLettersEvicted int64 // dead letters pushed out of the bounded queue
+	Redriven           int64 // dead letters Redrive sent back to the group
 }
 
 // Stats returns the group's counters.

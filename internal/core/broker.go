@@ -27,6 +27,7 @@ type Broker struct {
 	topicSeq atomic.Int64 // numbers topics for the default IDs
 	offsets  *OffsetStore
 	stuck    *watchdog // nil unless Config.StuckAfter is set
+	obs      Observer  // nil when nothing observes; see observe.go
 
 	// handlerCtx is every handler's context. It ends only when Close gives up
 	// on draining, to hurry the handlers still running.
@@ -53,6 +54,9 @@ func NewBroker(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.StuckAfter < 0 {
+		return nil, fmt.Errorf("%w: stuck threshold %v is negative", ErrInvalid, cfg.StuckAfter)
+	}
 	var defaultClock *coarseClock
 	ageClock := cfg.Clock
 	if cfg.Clock == nil {
@@ -70,8 +74,15 @@ func NewBroker(cfg Config) (*Broker, error) {
 		topics:       make(map[string]*Topic),
 		groups:       make(map[groupKey]*Group),
 		progress:     make(chan struct{}),
+		obs:          cfg.Observer,
 	}
 	b.handlerCtx, b.stopHandlers = context.WithCancel(context.Background())
+	if cfg.StuckAfter > 0 {
+		b.stuck = newWatchdog(b, cfg.StuckAfter)
+		// The watchdog samples the workers' progress until Close halts it,
+		// after the workers exited.
+		go b.stuck.run()
+	}
 	return b, nil
 }
 
@@ -360,6 +371,9 @@ func (b *Broker) Close(ctx context.Context) error {
 	}
 	if b.defaultClock != nil {
 		b.defaultClock.stop() // after the workers: a dead letter is dated by it
+	}
+	if b.stuck != nil {
+		b.stuck.halt()
 	}
 	b.mu.Lock()
 	b.closeErr = err

@@ -13,15 +13,19 @@ type deadLetters struct {
 	evicted int64
 }
 
-func (q *deadLetters) add(l DeadLetter) {
+// add appends l, evicting the oldest letter when the queue is full, and
+// reports whether it did.
+func (q *deadLetters) add(l DeadLetter) (evicted bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.letters) == q.limit {
 		copy(q.letters, q.letters[1:])
 		q.letters = q.letters[:len(q.letters)-1]
 		q.evicted++
+		evicted = true
 	}
 	q.letters = append(q.letters, l)
+	return evicted
 }
 
 // snapshot returns a copy of the letters, oldest first, and the eviction count.

@@ -29,8 +29,10 @@ var (
 
 func (memEngine) Capabilities() engine.Capabilities {
 	return engine.InjectedClock | engine.CustomIDs | engine.ExactBlock | engine.ReclaimOnCommit |
-		engine.GiveBack | engine.VirtualTime
+		engine.GiveBack | engine.VirtualTime | engine.Observed | engine.StuckDetection
 }
+
+var _ engine.Snapshotter = memEngine{}
 
 // CreateTopic creates the topic; it does not block, so ctx is unused.
 func (e memEngine) CreateTopic(_ context.Context, name string, spec TopicSpec) (engine.Topic, error) {

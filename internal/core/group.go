@@ -207,15 +207,20 @@ func (g *Group) Join(name string, h Handler, onLeave func(), cfg GroupSpec) erro
 		return fmt.Errorf("%w: group %q exists with other options than consumer %q gives", ErrSubscription, g.name, name)
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if g.stopped || g.broker.State() != Running {
+		g.mu.Unlock()
 		return ErrClosed
 	}
 	if g.memberLocked(name) != nil {
+		g.mu.Unlock()
 		return fmt.Errorf("%w: group %q already has consumer %q", ErrSubscription, g.name, name)
 	}
+	before := g.observedAssignmentLocked()
 	g.members = append(g.members, &member{name: name, handler: h, onLeave: onLeave})
 	g.rebalanceLocked()
+	e := g.rebalanceEventLocked(before)
+	g.mu.Unlock()
+	g.observe(e)
 	return nil
 }
 
@@ -235,9 +240,15 @@ func (g *Group) Leave(ctx context.Context, name string) error {
 		g.mu.Unlock()
 		return fmt.Errorf("%w: group %q has no consumer %q", ErrSubscription, g.name, name)
 	}
+	before := g.observedAssignmentLocked()
 	g.members = slices.DeleteFunc(g.members, func(x *member) bool { return x == m })
 	m.left = true
 	g.rebalanceLocked()
+	if e := g.rebalanceEventLocked(before); e != nil {
+		g.mu.Unlock()
+		g.observe(e)
+		g.mu.Lock()
+	}
 	if m.finishLocked() {
 		g.mu.Unlock()
 		g.finishLeave(m)

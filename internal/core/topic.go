@@ -31,7 +31,7 @@ func newTopic(b *Broker, name string, spec TopicSpec) (*Topic, error) {
 	t := &Topic{name: name, broker: b, parts: make([]*Partition, 0, spec.Partitions)}
 	seq := int(b.topicSeq.Add(1))
 	for i := range spec.Partitions {
-		part := newPartition(name, i, ret, b.ageClock, &t.free)
+		part := newPartition(name, i, ret, b.ageClock, &t.free, b.obs)
 		if b.ids == nil {
 			part.ids = newRecordIDs(b.idPrefix, seq, i, ret.MaxMessages)
 		}

@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 	"sync/atomic"
 	"time"
+
+	"github.com/logbus/logbus/internal/engine"
 )
 
 // readBatch is how many records a worker takes from its partition per read.
@@ -71,6 +73,10 @@ func (w *worker) run() {
 			if cursor.Commit(offset, skipTo) {
 				w.g.skipped.Add(skipTo - offset)
 				w.committed(skipTo)
+				if obs := w.g.broker.obs; obs != nil {
+					obs.Observe(&Event{Kind: engine.EventSkip, Topic: w.delivery.Topic, Group: w.g.name,
+						Partition: w.gp.index, Offset: offset, To: skipTo})
+				}
 			}
 			continue
 		case waiting:
@@ -178,7 +184,7 @@ func (w *worker) deliver(rec *Record) outcome {
 		case errors.Is(err, ErrPermanent) || attempt >= g.retry.MaxAttempts:
 			kept := *rec // the letter outlives the record and its buffers: see reclaimLocked
 			kept.Key, kept.Value = bytes.Clone(rec.Key), bytes.Clone(rec.Value)
-			g.dlq.add(DeadLetter{
+			letter := DeadLetter{
 				Record:    &kept,
 				ID:        w.delivery.ID,
 				Topic:     w.delivery.Topic,
@@ -187,15 +193,29 @@ func (w *worker) deliver(rec *Record) outcome {
 				Attempts:  attempt,
 				Err:       err,
 				FailedAt:  g.broker.clock.Now(),
-			})
+			}
+			evicted := g.dlq.add(letter)
 			gp.retryOffset, gp.attempts = -1, 0
 			gp.setState(DeadLettered)
 			g.deadLettered.Add(1)
+			if obs := g.broker.obs; obs != nil {
+				e := &Event{Kind: engine.EventDeadLetter, Topic: letter.Topic, Group: g.name, Consumer: w.m.name,
+					Partition: letter.Partition, Offset: rec.Offset, Attempt: attempt, ID: letter.ID, Letter: &letter, Err: err}
+				if evicted {
+					e.Count = 1
+				}
+				obs.Observe(e)
+			}
 			return parked
 		}
 		g.retried.Add(1)
 		gp.setState(RetryScheduled)
-		t := time.NewTimer(g.retry.Delay(attempt))
+		delay := g.retry.Delay(attempt)
+		if obs := g.broker.obs; obs != nil {
+			obs.Observe(&Event{Kind: engine.EventRetry, Topic: w.delivery.Topic, Group: g.name, Consumer: w.m.name,
+				Partition: gp.index, Offset: rec.Offset, ID: w.delivery.ID, Record: rec, Attempt: attempt, Delay: delay, Err: err})
+		}
+		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
 		case <-w.stop:

@@ -158,7 +158,23 @@ const (
 	// VirtualTime: the engine runs inside a testing/synctest bubble, so
 	// its waits (backoff, BlockTimeout) are exact in virtual time.
 	VirtualTime
+	// Observed: the engine reports its events to Config.Observer.
+	Observed
+	// StuckDetection: the engine honours Config.StuckAfter.
+	StuckDetection
 )
+
+// Redriver is implemented by a Group that can send its dead letters back
+// to itself. It is optional: the typed layer asks for it with a type
+// assertion.
+type Redriver interface {
+	// Redrive removes from the group's dead letters those match accepts
+	// (every one when match is nil), oldest first, and delivers each again
+	// to this group only, its attempts counted from 1 again; it returns
+	// how many it took. match runs under no lock of the engine's. After
+	// Close it fails with ErrClosed.
+	Redrive(ctx context.Context, match func(*DeadLetter) bool) (int, error)
+}
 
 // Runs yields the runs of a batch routed to partitions: the first index
 // and the end of each stretch of consecutive records bound for one
