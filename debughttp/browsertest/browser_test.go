@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,7 +41,8 @@ const orders = 30
 
 func newLive(t *testing.T) *live {
 	t.Helper()
-	b := pubsub.NewBroker()
+	stuck := &stuckHook{seen: make(chan struct{})}
+	b := pubsub.NewBroker(pubsub.WithStuckAfter(100*time.Millisecond), pubsub.WithHooks(stuck))
 	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(3))
 	if err != nil {
 		t.Fatal(err)
@@ -102,12 +104,29 @@ func newLive(t *testing.T) *live {
 	}
 	// Barriers, no sleeping: billing acked every other order, and so (in
 	// partition order) dead-lettered the poison first; mailer's handler
-	// is running.
+	// is running, and the broker has reported it stuck.
 	if err := billing.WaitFor(t.Context(), orders-1); err != nil {
 		t.Fatal(err)
 	}
 	<-started
+	select {
+	case <-stuck.seen:
+	case <-time.After(30 * time.Second): // a bound: the watchdog reports within 150ms
+		t.Fatal("the broker did not report mailer's handler stuck")
+	}
 	return l
+}
+
+// stuckHook tells when the broker first reported a stuck handler.
+type stuckHook struct {
+	once sync.Once
+	seen chan struct{}
+}
+
+func (h *stuckHook) OnStuck(e pubsub.StuckEvent) {
+	if !e.Returned {
+		h.once.Do(func() { close(h.seen) })
+	}
 }
 
 // browser returns the Chromium to drive, or skips the test.
@@ -211,7 +230,9 @@ func TestDebugPageInBrowser(t *testing.T) {
 		{"billing status", row("billing", "status"), "OK"},
 		{"billing lag", row("billing", "lag"), "0"},
 		{"billing dead-lettered", row("billing", "dead-lettered"), "1"},
-		{"mailer in flight", row("mailer", "in-flight"), "1"},
+		{"mailer in flight", row("mailer", "in-flight"), "1 (1 stuck)"},
+		{"mailer status", row("mailer", "status"), "STUCK"},
+		{"stuck handler's partition", text(t, ctx, `#stuck tr[data-group="mailer"] td:nth-child(3)`), "0"},
 		{"dead letter's value", text(t, ctx, `#dead-letters tr[data-group="billing"] td[data-field="value"] .preview`), "poison"},
 	} {
 		if c.got != c.want {
@@ -220,6 +241,9 @@ func TestDebugPageInBrowser(t *testing.T) {
 	}
 	if e := text(t, ctx, `#dead-letters tr[data-group="billing"] td[data-field="error"]`); !strings.Contains(e, `unknown currency "XX<b>"`) {
 		t.Errorf("the dead letter's error reads %q, want it to quote the currency as written", e)
+	}
+	if running := text(t, ctx, `#stuck tr[data-group="mailer"] td[data-field="running"]`); !strings.HasSuffix(running, "ms") && !strings.HasSuffix(running, "s") {
+		t.Errorf("the stuck handler's running time reads %q", running)
 	}
 	if age := row("audit", "lag-age"); age == "0" || age == "<missing>" {
 		t.Errorf("audit's lag age reads %q, want the age of its oldest order", age)
