@@ -3,6 +3,7 @@ package pubsub
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"maps"
 	"strconv"
@@ -377,25 +378,68 @@ type DeadLetter[V any] struct {
 func (g *Group[V]) DeadLetters() []DeadLetter[V] {
 	letters := g.eng.DeadLetters()
 	out := make([]DeadLetter[V], len(letters))
-	for i, l := range letters {
-		// The zero V when it cannot be decoded, as documented. Decoded from a
-		// copy, so that a codec that hands out the bytes it decodes
-		// (codec.RawBytes) gives the caller memory of its own, not the
-		// letter's, which the next call decodes again.
-		v, _ := g.values.Decode(bytes.Clone(l.Record.Value))
-		err := l.Err
-		if pe, ok := err.(*engine.PanicError); ok { // the engine recovered a handler's panic
-			err = &PanicError{Value: pe.Value, Stack: pe.Stack}
-		}
-		out[i] = DeadLetter[V]{Attempts: l.Attempts, Err: err, FailedAt: l.FailedAt}
-		// The Message a handler was given, built by the same code.
-		d := &engine.Delivery{Topic: l.Topic, Partition: l.Partition, ID: l.ID, Record: l.Record, Attempt: l.Attempts}
-		_ = handOver(context.Background(), func(_ context.Context, m Message[V]) error {
-			out[i].Message = m
-			return nil
-		}, d, v, nil)
+	for i := range letters {
+		out[i] = g.letter(&letters[i])
 	}
 	return out
+}
+
+// letter is the typed view of an engine's dead letter.
+func (g *Group[V]) letter(l *engine.DeadLetter) DeadLetter[V] {
+	// The zero V when it cannot be decoded, as documented. Decoded from a
+	// copy, so that a codec that hands out the bytes it decodes
+	// (codec.RawBytes) gives the caller memory of its own, not the
+	// letter's, which the next call decodes again.
+	v, _ := g.values.Decode(bytes.Clone(l.Record.Value))
+	out := DeadLetter[V]{Attempts: l.Attempts, Err: publicErr(l.Err), FailedAt: l.FailedAt}
+	// The Message a handler was given, built by the same code.
+	d := &engine.Delivery{Topic: l.Topic, Partition: l.Partition, ID: l.ID, Record: l.Record, Attempt: l.Attempts}
+	_ = handOver(context.Background(), func(_ context.Context, m Message[V]) error {
+		out.Message = m
+		return nil
+	}, d, v, nil)
+	return out
+}
+
+// Redrive sends the group's dead letters that match accepts (every one
+// when match is nil) back to this group, and to no other: each is taken
+// out of DeadLetters and delivered again on its partition, as a new
+// record would be, with Message.Attempt counting from 1 again, retried and
+// dead-lettered as before if it fails again. Other groups of the topic,
+// which may have handled the record, see nothing (publishing the value
+// again would reach them all). It returns how many letters it sent back,
+// counted in GroupStats.Redriven, and logs that at Info.
+//
+// To pick letters by ID, match on Message.ID:
+//
+//	n, err := g.Redrive(ctx, func(l pubsub.DeadLetter[Order]) bool { return slices.Contains(ids, l.Message.ID) })
+//
+// A redriven letter is delivered before the records its partition's
+// consumer has not read yet, and out of offset order (Message.Offset is
+// its original offset); it commits nothing, since the group's offset is
+// already past it. Drain waits for it; one that Close leaves undelivered
+// is put back in DeadLetters. match is called once per letter, under no
+// lock, on the caller's goroutine.
+//
+// The in-memory engine does not wait for the deliveries (ctx is for
+// engines that must reach a server). It fails with ErrClosed once Close
+// began, and with ErrInvalid on an engine that cannot redrive.
+func (g *Group[V]) Redrive(ctx context.Context, match func(DeadLetter[V]) bool) (int, error) {
+	if ctx == nil {
+		return 0, fail(errNilContext, "redrive group %q", g.Name())
+	}
+	r, ok := g.eng.(engine.Redriver)
+	if !ok {
+		return 0, fail(fmt.Errorf("%w: the engine cannot redrive dead letters", ErrInvalid), "redrive group %q", g.Name())
+	}
+	var em func(*engine.DeadLetter) bool
+	if match != nil {
+		em = func(l *engine.DeadLetter) bool { return match(g.letter(l)) }
+	}
+	n, err := r.Redrive(ctx, em)
+	err = fail(err, "redrive group %q", g.Name())
+	g.obs.operator("redrove dead letters", g.topic, g.Name(), err, slog.Int("count", n))
+	return n, err
 }
 
 // keyArena copies delivered messages' keys, many short keys per

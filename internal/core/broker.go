@@ -236,10 +236,14 @@ func (b *Broker) drain(ctx context.Context, skipStalled bool) error {
 func (b *Broker) behind() (behind, stalled []string) {
 	for _, g := range b.groupList() {
 		lag := g.Lag()
-		if lag == 0 {
+		redriving := g.redriving()
+		if lag == 0 && redriving == 0 {
 			continue
 		}
 		desc := fmt.Sprintf("group %q on topic %q lags %d", g.name, g.topic.name, lag)
+		if redriving > 0 {
+			desc += fmt.Sprintf(" with %d redriven dead letters to deliver", redriving)
+		}
 		if why := g.stalled(); why != "" {
 			stalled = append(stalled, desc+" and "+why)
 		} else {
@@ -353,6 +357,7 @@ func (b *Broker) Close(ctx context.Context) error {
 
 	var pending []Unfinished
 	for _, g := range groups {
+		g.reparkRedriven()
 		pending = append(pending, g.unfinished()...)
 	}
 	slices.SortFunc(pending, func(x, y Unfinished) int {

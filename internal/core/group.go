@@ -67,8 +67,8 @@ type Group struct {
 
 	parts []*groupPartition // fixed; each guarded by mu as its doc says
 
-	retried, deadLettered, skipped atomic.Int64 // Delivered is counted per partition
-	dlq                            deadLetters
+	retried, deadLettered, skipped, redriven atomic.Int64 // Delivered is counted per partition
+	dlq                                      deadLetters
 }
 
 type member struct {
@@ -109,6 +109,8 @@ type groupPartition struct {
 	// which a worker takes to exit and a seek holds, orders the accesses.
 	retryOffset int64
 	attempts    int
+
+	redrive redriveQueue // dead letters sent back by Redrive
 
 	_ cacheLinePad // progress is written per delivery: keep other partitions' off its line
 }
@@ -402,16 +404,7 @@ func (g *Group) partitionsLocked(match func(*groupPartition) bool) string {
 func (g *Group) Assignment() map[string][]int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make(map[string][]int, len(g.members))
-	for _, m := range g.members {
-		out[m.name] = []int{}
-	}
-	for i, gp := range g.parts {
-		if gp.owner != nil {
-			out[gp.owner.name] = append(out[gp.owner.name], i)
-		}
-	}
-	return out
+	return g.assignmentLocked()
 }
 
 // Pause stops the group's deliveries after the ones in flight; the records
@@ -570,6 +563,7 @@ func (g *Group) Stats() GroupStats {
 		DeadLettered:       g.deadLettered.Load(),
 		Skipped:            g.skipped.Load(),
 		DeadLettersEvicted: evicted,
+		Redriven:           g.redriven.Load(),
 	}
 }
 

@@ -63,6 +63,12 @@ func (w *worker) stopping() bool { return w.stopped.Load() }
 func (w *worker) run() {
 	part, cursor := w.gp.part, w.gp.cursor
 	for !w.stopping() {
+		if w.gp.redrive.pending.Load() > 0 { // dead letters sent back (Redrive) come first
+			if !w.redeliver() {
+				return
+			}
+			continue
+		}
 		// Read the offset afresh each turn: it is the group's, not ours.
 		offset := cursor.Committed()
 		n, skipTo, waiting := part.Read(offset, w.buf[:], cursor, w.bell)
@@ -182,47 +188,11 @@ func (w *worker) deliver(rec *Record) outcome {
 		case errors.Is(err, ErrAbandoned), hardStop.Err() != nil:
 			return interrupted
 		case errors.Is(err, ErrPermanent) || attempt >= g.retry.MaxAttempts:
-			kept := *rec // the letter outlives the record and its buffers: see reclaimLocked
-			kept.Key, kept.Value = bytes.Clone(rec.Key), bytes.Clone(rec.Value)
-			letter := DeadLetter{
-				Record:    &kept,
-				ID:        w.delivery.ID,
-				Topic:     w.delivery.Topic,
-				Partition: w.delivery.Partition,
-				Group:     g.name,
-				Attempts:  attempt,
-				Err:       err,
-				FailedAt:  g.broker.clock.Now(),
-			}
-			evicted := g.dlq.add(letter)
-			gp.retryOffset, gp.attempts = -1, 0
-			gp.setState(DeadLettered)
-			g.deadLettered.Add(1)
-			if obs := g.broker.obs; obs != nil {
-				e := &Event{Kind: engine.EventDeadLetter, Topic: letter.Topic, Group: g.name, Consumer: w.m.name,
-					Partition: letter.Partition, Offset: rec.Offset, Attempt: attempt, ID: letter.ID, Letter: &letter, Err: err}
-				if evicted {
-					e.Count = 1
-				}
-				obs.Observe(e)
-			}
+			w.park(rec, attempt, err)
+			gp.retryOffset = -1
 			return parked
 		}
-		g.retried.Add(1)
-		gp.setState(RetryScheduled)
-		delay := g.retry.Delay(attempt)
-		if obs := g.broker.obs; obs != nil {
-			obs.Observe(&Event{Kind: engine.EventRetry, Topic: w.delivery.Topic, Group: g.name, Consumer: w.m.name,
-				Partition: gp.index, Offset: rec.Offset, ID: w.delivery.ID, Record: rec, Attempt: attempt, Delay: delay, Err: err})
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-w.stop:
-			t.Stop()
-			return interrupted
-		case <-hardStop.Done():
-			t.Stop()
+		if !w.backoff(rec, attempt, err) {
 			return interrupted
 		}
 		attempt++
@@ -247,4 +217,55 @@ func (w *worker) call(rec *Record, attempt int) (err error) {
 		d.ID = w.gp.part.ids.id(rec.Offset)
 	}
 	return w.m.handler(w.g.broker.handlerCtx, d)
+}
+
+// park puts rec in the group's dead letters after attempt failed with err.
+func (w *worker) park(rec *Record, attempt int, err error) {
+	gp, g := w.gp, w.g
+	kept := *rec // the letter outlives the record and its buffers: see reclaimLocked
+	kept.Key, kept.Value = bytes.Clone(rec.Key), bytes.Clone(rec.Value)
+	letter := DeadLetter{
+		Record:    &kept,
+		ID:        w.delivery.ID,
+		Topic:     w.delivery.Topic,
+		Partition: w.delivery.Partition,
+		Group:     g.name,
+		Attempts:  attempt,
+		Err:       err,
+		FailedAt:  g.broker.clock.Now(),
+	}
+	evicted := g.dlq.add(letter)
+	gp.attempts = 0
+	gp.setState(DeadLettered)
+	g.deadLettered.Add(1)
+	if obs := g.broker.obs; obs != nil {
+		e := &Event{Kind: engine.EventDeadLetter, Topic: letter.Topic, Group: g.name, Consumer: w.m.name,
+			Partition: letter.Partition, Offset: rec.Offset, Attempt: attempt, ID: letter.ID, Letter: &letter, Err: err}
+		if evicted {
+			e.Count = 1
+		}
+		obs.Observe(e)
+	}
+}
+
+// backoff counts a failed attempt that will be retried, reports it, and
+// waits out its delay. It reports false when the worker was stopped first.
+func (w *worker) backoff(rec *Record, attempt int, err error) bool {
+	gp, g := w.gp, w.g
+	g.retried.Add(1)
+	gp.setState(RetryScheduled)
+	delay := g.retry.Delay(attempt)
+	if obs := g.broker.obs; obs != nil {
+		obs.Observe(&Event{Kind: engine.EventRetry, Topic: w.delivery.Topic, Group: g.name, Consumer: w.m.name,
+			Partition: gp.index, Offset: rec.Offset, ID: w.delivery.ID, Record: rec, Attempt: attempt, Delay: delay, Err: err})
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.stop:
+	case <-g.broker.handlerCtx.Done():
+	}
+	return false
 }

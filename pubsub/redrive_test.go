@@ -1,0 +1,139 @@
+package pubsub_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/logbus/logbus/codec"
+	"github.com/logbus/logbus/pubsub"
+)
+
+// Redrive sends the chosen dead letters back to the group that failed
+// them, and to no other: they are delivered again with attempts from 1,
+// counted, and gone from DeadLetters; Drain waits for them.
+func TestRedriveSendsDeadLettersBackToTheGroupOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 2}))
+		topic := mustTopic(t, b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2))
+		var fixed atomic.Bool
+		var billing, audit recorder[string]
+		billing.fail = func(_ context.Context, m pubsub.Message[string]) error {
+			if m.Value != "ok" && !fixed.Load() {
+				return errors.New("not yet")
+			}
+			return nil
+		}
+		g := mustSubscribe(t, topic, "billing", "b1", &billing)
+		mustSubscribe(t, topic, "audit", "a1", &audit)
+		mustPublish(t, topic, "alice", "ok")
+		mustPublish(t, topic, "bob", "bad-1")
+		mustPublish(t, topic, "carol", "bad-2")
+		drain(t, b)
+		letters := g.DeadLetters()
+		if len(letters) != 2 {
+			t.Fatalf("%d dead letters, want 2", len(letters))
+		}
+		fixed.Store(true)
+		before := len(billing.calls())
+
+		// By ID: only bad-2.
+		i := slices.IndexFunc(letters, func(l pubsub.DeadLetter[string]) bool { return l.Message.Value == "bad-2" })
+		id := letters[i].Message.ID
+		n, err := g.Redrive(context.Background(), func(l pubsub.DeadLetter[string]) bool { return l.Message.ID == id })
+		if err != nil || n != 1 {
+			t.Fatalf("Redrive by ID: %d, %v; want 1, nil", n, err)
+		}
+		drain(t, b)
+		again := billing.calls()[before:]
+		if len(again) != 1 || again[0].Value != "bad-2" || again[0].Attempt != 1 || again[0].ID != id || again[0].Offset != letters[i].Message.Offset {
+			t.Errorf("redelivered %+v, want bad-2 once, attempt 1, with its ID and offset", again)
+		}
+		if left := g.DeadLetters(); len(left) != 1 || left[0].Message.Value != "bad-1" {
+			t.Errorf("dead letters left: %v, want bad-1 only", left)
+		}
+
+		// All the rest.
+		if n, err := g.Redrive(context.Background(), nil); err != nil || n != 1 {
+			t.Fatalf("Redrive(nil): %d, %v; want 1, nil", n, err)
+		}
+		drain(t, b)
+		if left := g.DeadLetters(); len(left) != 0 {
+			t.Errorf("dead letters left: %v, want none", left)
+		}
+		if s := g.Stats(); s.Redriven != 2 || s.Delivered != 3 || s.DeadLettered != 2 {
+			t.Errorf("stats %+v, want 2 redriven, 3 delivered, 2 dead-lettered", s)
+		}
+		if got := audit.values(); len(got) != 3 {
+			t.Errorf("audit saw %v, want each record once: redrive is the failing group's only", got)
+		}
+		if n, err := g.Redrive(context.Background(), nil); err != nil || n != 0 {
+			t.Errorf("Redrive with no letters: %d, %v; want 0, nil", n, err)
+		}
+	})
+}
+
+// A redriven letter that fails again is retried and dead-lettered again,
+// its attempts counted from 1.
+func TestRedrivenLetterThatFailsAgainIsDeadLetteredAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 3}))
+		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		var rec recorder[string]
+		rec.fail = func(context.Context, pubsub.Message[string]) error { return errors.New("still broken") }
+		g := mustSubscribe(t, topic, "billing", "b1", &rec)
+		mustPublish(t, topic, "k", "v")
+		drain(t, b)
+		if _, err := g.Redrive(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, b)
+		var attempts []int
+		for _, m := range rec.calls() {
+			attempts = append(attempts, m.Attempt)
+		}
+		if !slices.Equal(attempts, []int{1, 2, 3, 1, 2, 3}) {
+			t.Errorf("attempts %v, want 1 2 3 then 1 2 3 again", attempts)
+		}
+		if l := g.DeadLetters(); len(l) != 1 || l[0].Attempts != 3 {
+			t.Errorf("dead letters %v, want the one letter again after 3 attempts", l)
+		}
+	})
+}
+
+// A redriven letter waits while its group is paused, holds Drain up as a
+// stalled group does, and is put back in the dead letters by a Close that
+// could not deliver it.
+func TestRedriveOfAPausedGroup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := pubsub.NewBroker()
+		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		var rec recorder[string]
+		rec.fail = func(_ context.Context, m pubsub.Message[string]) error { return pubsub.ErrPermanent }
+		g := mustSubscribe(t, topic, "billing", "b1", &rec)
+		mustPublish(t, topic, "k", "v")
+		drain(t, b)
+		if err := g.Pause(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Redrive(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+		if p := b.Snapshot().Topics[0].Groups[0].Partitions[0]; p.Redriving != 1 {
+			t.Errorf("snapshot: %d redriving, want 1", p.Redriving)
+		}
+		wantErrIs(t, "Drain with a redriven letter in a paused group", b.Drain(context.Background()), pubsub.ErrStalled)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = b.Close(ctx)
+		if l := g.DeadLetters(); len(l) != 1 {
+			t.Errorf("after Close: %d dead letters, want the undelivered one back", len(l))
+		}
+		_, err := g.Redrive(context.Background(), nil)
+		wantErrIs(t, "Redrive after Close", err, pubsub.ErrClosed)
+	})
+}
