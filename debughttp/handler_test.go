@@ -127,6 +127,7 @@ type group struct {
 	LagSeconds   float64          `json:"lag_seconds"`
 	Assignment   map[string][]int `json:"assignment"`
 	DeadLettered int64            `json:"dead_lettered"`
+	Redriven     int64            `json:"redriven"`
 	NumDead      int              `json:"num_dead_letters"`
 	DeadLetters  []struct {
 		ID     string `json:"id"`
@@ -358,6 +359,41 @@ func TestActionsWhenEnabled(t *testing.T) {
 		synctest.Wait()
 		if s := d.audit.Stats(); s.Delivered != 2*(demoOrders-1) || s.DeadLettered != 2 {
 			t.Errorf("audit after the replay: %+v, want %d delivered and 2 dead-lettered", s, 2*(demoOrders-1))
+		}
+	})
+}
+
+// Redrive sends billing's dead letter back to billing (named by its ID, or
+// all of them): the poison fails again and is dead-lettered again. An ID
+// the group does not hold is 404.
+func TestRedriveAction(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDemo(t)
+		h := debughttp.Handler(d.b, debughttp.WithActions())
+		g := decode[group](t, get(t, h, "/topics/orders/groups/billing?format=json"))
+		if len(g.DeadLetters) != 1 {
+			t.Fatalf("billing holds %d dead letters, want 1", len(g.DeadLetters))
+		}
+		page := body(t, get(t, h, "/topics/orders/groups/billing"))
+		if !strings.Contains(page, `<input type="hidden" name="id" value="`+g.DeadLetters[0].ID+`">`) {
+			t.Error("the dead letter has no Redrive button naming it")
+		}
+		if r := post(t, h, "/topics/orders/groups/billing/redrive", url.Values{"id": {"no-such-letter"}}); r.StatusCode != http.StatusNotFound {
+			t.Errorf("redrive of an unknown ID: %d, want 404", r.StatusCode)
+		}
+		r := post(t, h, "/topics/orders/groups/billing/redrive", url.Values{"id": {g.DeadLetters[0].ID}})
+		if r.StatusCode != http.StatusSeeOther {
+			t.Fatalf("redrive by ID: %d, want 303", r.StatusCode)
+		}
+		synctest.Wait()
+		r = post(t, h, "/topics/orders/groups/billing/redrive", url.Values{"all": {"1"}})
+		if r.StatusCode != http.StatusSeeOther {
+			t.Fatalf("redrive all: %d, want 303", r.StatusCode)
+		}
+		synctest.Wait()
+		g = decode[group](t, get(t, h, "/topics/orders/groups/billing?format=json"))
+		if g.Redriven != 2 || g.DeadLettered != 3 || g.NumDead != 1 || len(g.DeadLetters) != 1 {
+			t.Errorf("billing after two redrives: redriven %d, dead-lettered %d, holding %d: want 2, 3, 1", g.Redriven, g.DeadLettered, g.NumDead)
 		}
 	})
 }

@@ -36,7 +36,7 @@ func (s brokerSource) overview(letters int) overview {
 func (s brokerSource) group(t pubsub.TopicSnapshot, g pubsub.GroupSnapshot, letters int) groupView {
 	gv := groupView{Name: g.Name, Topic: t.Name, Paused: g.Paused, Consumers: g.Consumers, Assignment: g.Assignment,
 		Lag: g.Lag, LagSeconds: g.LagAge.Seconds(), Delivered: g.Stats.Delivered, Retried: g.Stats.Retried,
-		DeadLettered: g.Stats.DeadLettered, Skipped: g.Stats.Skipped, DeadLettersEvicted: g.Stats.DeadLettersEvicted,
+		DeadLettered: g.Stats.DeadLettered, Skipped: g.Stats.Skipped, DeadLettersEvicted: g.Stats.DeadLettersEvicted, Redriven: g.Stats.Redriven,
 		NumDeadLetters: g.DeadLetters, Partitions: make([]groupPartitionView, len(g.Partitions)), DeadLetters: []letterView{}}
 	if gv.Consumers == nil {
 		gv.Consumers = []string{}
@@ -104,7 +104,8 @@ func (s brokerSource) act(ctx context.Context, topic, group string, a action) er
 	case "replay":
 		return g.Replay(ctx, a.from)
 	case "redrive":
-		return redrive(ctx, g, a.ids)
+		_, err := redrive(ctx, g, a.ids)
+		return err
 	}
 	return fmt.Errorf("no action %q", a.kind)
 }

@@ -58,6 +58,7 @@ type groupView struct {
 	DeadLettered       int64 `json:"dead_lettered"`
 	Skipped            int64 `json:"skipped"`
 	DeadLettersEvicted int64 `json:"dead_letters_evicted"`
+	Redriven           int64 `json:"redriven"`         // dead letters sent back to the group
 	NumDeadLetters     int   `json:"num_dead_letters"` // held now
 
 	Partitions  []groupPartitionView `json:"partitions"`
