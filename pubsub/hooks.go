@@ -298,6 +298,11 @@ func WithHooks(hooks ...Hook) BrokerOption {
 // messaging keys: messaging.destination.name, messaging.consumer.group.name,
 // messaging.destination.partition.id, messaging.message.id, then offset,
 // attempt, error.
+//
+// Records are logged on the goroutine where the event happened, outside
+// the broker's locks, so a slow handler slows that goroutine as a slow
+// hook does. A logger costs each delivery a small wrapper (to see a
+// handler's panic with its message), but no clock reading.
 func WithLogger(l *slog.Logger) BrokerOption {
 	return brokerOptionFunc(func(c *brokerConfig) { c.logger = l })
 }

@@ -380,3 +380,92 @@ func TestWithHooksRefusesAValueThatHooksNothing(t *testing.T) {
 		})
 	}
 }
+
+// snapshotter reads the broker's Snapshot from every hook it implements.
+type snapshotter struct {
+	b     *pubsub.Broker
+	mu    sync.Mutex
+	reads int
+}
+
+func (s *snapshotter) read() {
+	_ = s.b.Snapshot()
+	s.mu.Lock()
+	s.reads++
+	s.mu.Unlock()
+}
+
+func (s *snapshotter) OnRebalance(pubsub.RebalanceEvent) { s.read() }
+func (s *snapshotter) OnPublished(context.Context, *pubsub.PublishInfo, pubsub.Position, error) {
+	s.read()
+}
+func (s *snapshotter) OnDelivered(context.Context, *pubsub.DeliveryInfo, pubsub.DeliveryResult) {
+	s.read()
+}
+func (s *snapshotter) OnDeadLetter(pubsub.DeadLetterEvent) { s.read() }
+func (s *snapshotter) OnSkip(pubsub.SkipEvent)             { s.read() }
+func (s *snapshotter) OnDrop(pubsub.TrimEvent)             { s.read() }
+
+// Hooks run outside every lock: each may read the broker's Snapshot,
+// which takes the broker's, groups' and partitions' locks, without
+// deadlocking (Subscribe raises its rebalance after releasing the
+// broker's lock).
+func TestHooksMayReadTheSnapshot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &snapshotter{}
+		b := newBroker(t, pubsub.WithHooks(s))
+		s.b = b
+		topic := mustTopic(t, b, "orders", codec.String(), codec.String(),
+			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, OnFull: pubsub.DropOldest}))
+		g := mustSubscribe(t, topic, "g", "c", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
+			return pubsub.ErrPermanent
+		}))
+		if err := g.Pause(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		mustPublish(t, topic, "k", "1")
+		mustPublish(t, topic, "k", "2") // drops 1
+		if err := g.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, b)
+		// rebalance, 2 published, 1 drop, 1 skip, 1 delivered, 1 dead letter
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.reads != 7 {
+			t.Errorf("%d snapshots read from hooks, want 7", s.reads)
+		}
+	})
+}
+
+// A Stream's deliveries raise the same hooks: acked when the consumer
+// acks, given back when the Stream closes with a delivery nobody took.
+func TestDeliveryHooksOnAStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ev := &events{}
+		b := newBroker(t, pubsub.WithHooks(ev))
+		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		s := mustStream(t, topic, "billing", "b1")
+		mustPublish(t, topic, "k", "1")
+		mustPublish(t, topic, "k", "2")
+		d := <-s.C()
+		d.Ack()
+		synctest.Wait() // the second delivery waits on the channel
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{
+			"deliver billing/orders/0@0 attempt=1 consumer=b1 trace=",
+			"delivered billing@0 attempt=1 acked took=0s",
+			"deliver billing/orders/0@1 attempt=1 consumer=b1 trace=",
+			"delivered billing@1 attempt=1 given back took=0s",
+		}
+		if got := ev.with("deliver"); !slices.Equal(got, want) {
+			t.Errorf("events:\n got: %s\nwant: %s", strings.Join(got, "\n      "), strings.Join(want, "\n      "))
+		}
+		if _, err := topic.Subscribe("billing", "b2", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil })); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, b)
+	})
+}

@@ -155,26 +155,39 @@ func (b *Broker) Subscribe(topic, group, consumer string, h Handler, onLeave fun
 	if err != nil {
 		return nil, err
 	}
+	g, e, err := b.subscribe(t, group, consumer, h, onLeave, cfg)
+	if err != nil {
+		return nil, err
+	}
+	g.observe(e) // outside b.mu: an observer may read the broker
+	return g, nil
+}
+
+// subscribe is Subscribe under b.mu; it returns the rebalance event to
+// raise once b.mu is released.
+func (b *Broker) subscribe(t *Topic, group, consumer string, h Handler, onLeave func(), cfg GroupSpec) (*Group, *Event, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.State() != Running {
-		return nil, fmt.Errorf("%w: subscribe to topic %q", ErrClosed, topic)
+		return nil, nil, fmt.Errorf("%w: subscribe to topic %q", ErrClosed, t.name)
 	}
-	key := groupKey{topic, group}
+	key := groupKey{t.name, group}
 	g, ok := b.groups[key]
 	if !ok {
 		// A new group takes its first consumer before it is registered, and
 		// under b.mu, so Close cannot begin in between: a Subscribe that
 		// fails leaves no group behind.
+		var err error
 		if g, err = newGroup(b, t, group, cfg); err != nil {
-			return nil, fmt.Errorf("topic %q group %q: %w", topic, group, err)
+			return nil, nil, fmt.Errorf("topic %q group %q: %w", t.name, group, err)
 		}
 	}
-	if err := g.Join(consumer, h, onLeave, cfg); err != nil {
-		return nil, fmt.Errorf("topic %q: %w", topic, err)
+	e, err := g.join(consumer, h, onLeave, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("topic %q: %w", t.name, err)
 	}
 	b.groups[key] = g
-	return g, nil
+	return g, e, nil
 }
 
 // Group returns the group called name on topic.

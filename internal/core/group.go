@@ -200,30 +200,35 @@ func (g *Group) Topic() string { return g.topic.name }
 // equal the group's own configuration (ErrSubscription otherwise). After
 // the broker began closing it fails with ErrClosed.
 func (g *Group) Join(name string, h Handler, onLeave func(), cfg GroupSpec) error {
+	e, err := g.join(name, h, onLeave, cfg)
+	g.observe(e)
+	return err
+}
+
+// join is Join without raising the rebalance event, which it returns (nil
+// when there is none), for a caller that holds a lock to raise it after
+// releasing it (Broker.Subscribe holds the broker's).
+func (g *Group) join(name string, h Handler, onLeave func(), cfg GroupSpec) (*Event, error) {
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: group %q: empty consumer name", ErrSubscription, g.name)
+		return nil, fmt.Errorf("%w: group %q: empty consumer name", ErrSubscription, g.name)
 	case h == nil:
-		return fmt.Errorf("%w: group %q consumer %q: nil handler", ErrSubscription, g.name, name)
+		return nil, fmt.Errorf("%w: group %q consumer %q: nil handler", ErrSubscription, g.name, name)
 	case !cfg.Equal(g.cfg):
-		return fmt.Errorf("%w: group %q exists with other options than consumer %q gives", ErrSubscription, g.name, name)
+		return nil, fmt.Errorf("%w: group %q exists with other options than consumer %q gives", ErrSubscription, g.name, name)
 	}
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.stopped || g.broker.State() != Running {
-		g.mu.Unlock()
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	if g.memberLocked(name) != nil {
-		g.mu.Unlock()
-		return fmt.Errorf("%w: group %q already has consumer %q", ErrSubscription, g.name, name)
+		return nil, fmt.Errorf("%w: group %q already has consumer %q", ErrSubscription, g.name, name)
 	}
 	before := g.observedAssignmentLocked()
 	g.members = append(g.members, &member{name: name, handler: h, onLeave: onLeave})
 	g.rebalanceLocked()
-	e := g.rebalanceEventLocked(before)
-	g.mu.Unlock()
-	g.observe(e)
-	return nil
+	return g.rebalanceEventLocked(before), nil
 }
 
 // Leave removes a member and rebalances: its partitions finish their

@@ -80,12 +80,24 @@ const (
 	// MaxBytes: the engine honours Retention.MaxBytes, bounding the key and
 	// value bytes each partition retains.
 	MaxBytes Capability = "max-bytes"
+	// Snapshots: Broker.Snapshot describes the engine in full (not
+	// Partial): deliveries in flight with their attempt, lag in time,
+	// paused groups.
+	Snapshots Capability = "snapshots"
+	// Observed: the engine raises the events only it sees (retry, dead
+	// letter, rebalance, backpressure, drop, expiry, skip) to the hooks of
+	// pubsub.WithHooks. Publish and delivery hooks are checked on every
+	// engine.
+	Observed Capability = "observed"
+	// Redrive: Group.Redrive sends dead letters back to their group.
+	Redrive Capability = "redrive"
 )
 
 // AllCapabilities returns every Capability, in a new slice. The in-memory
 // engine of pubsub.NewBroker has them all.
 func AllCapabilities() []Capability {
-	return []Capability{Synctest, InjectedClock, CustomIDs, ExactBlock, ReclaimOnCommit, GiveBack, DropOldest, MaxAge, MaxBytes}
+	return []Capability{Synctest, InjectedClock, CustomIDs, ExactBlock, ReclaimOnCommit, GiveBack, DropOldest, MaxAge, MaxBytes,
+		Snapshots, Observed, Redrive}
 }
 
 // RunConformance checks that e keeps every guarantee of the logbus
@@ -200,5 +212,6 @@ func conformanceGroups() []confGroup {
 		{"Streams", streamCases()},
 		{"Errors", errorCases()},
 		{"Typed keys", keyCases()},
+		{"Observability", observeCases()},
 	}
 }
