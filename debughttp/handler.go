@@ -296,14 +296,8 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, code int, msg str
 		writeJSON(w, code, map[string]string{"error": msg})
 		return
 	}
-	w.WriteHeader(code) // render sets the headers first
-	h.render(statusWriter{w}, r, &page{Title: "logbus: " + http.StatusText(code), Error: msg, Code: code})
+	h.render(w, r, &page{Title: "logbus: " + http.StatusText(code), Error: msg, Code: code})
 }
-
-// statusWriter drops a second WriteHeader: fail has written the status.
-type statusWriter struct{ http.ResponseWriter }
-
-func (statusWriter) WriteHeader(int) {}
 
 // wantsJSON reports whether r asks for JSON: ?format=json, or an Accept
 // header that names application/json (and is not a browser's, which names
@@ -346,7 +340,7 @@ type page struct {
 	Actions bool
 	Notice  string // the outcome of an action, after its redirect
 	Error   string // an error page's message
-	Code    int
+	Code    int    // an error page's status; 0 for 200
 	*overview
 	Topic *topicView
 	Group *groupView
@@ -396,6 +390,9 @@ func (h *handler) render(w http.ResponseWriter, r *http.Request, p *page) {
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'nonce-"+p.Nonce+"'; style-src 'nonce-"+p.Nonce+
 		"'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	w.Header().Set("Referrer-Policy", "no-referrer")
+	if p.Code != 0 {
+		w.WriteHeader(p.Code)
+	}
 	_ = tmpl.Execute(w, p) // fails only when the client went away
 }
 

@@ -288,8 +288,9 @@ func TestActionsAreOffByDefault(t *testing.T) {
 		h := debughttp.Handler(d.b)
 		for _, a := range []string{"resume", "pause", "replay", "redrive"} {
 			resp := post(t, h, "/topics/orders/groups/audit/"+a, url.Values{"all": {"1"}})
-			if resp.StatusCode != http.StatusForbidden || !strings.Contains(body(t, resp), "read-only") {
-				t.Errorf("POST %s: %d, want 403 saying the page is read-only", a, resp.StatusCode)
+			if resp.StatusCode != http.StatusForbidden || !strings.Contains(body(t, resp), "read-only") ||
+				resp.Header.Get("Content-Type") != "text/html; charset=utf-8" {
+				t.Errorf("POST %s: %d %q, want 403 and a page saying the page is read-only", a, resp.StatusCode, resp.Header.Get("Content-Type"))
 			}
 		}
 		if g := d.b.Snapshot().Topics[0].Groups[0]; g.Name != "audit" || !g.Paused {

@@ -19,7 +19,8 @@
 // it, since the handler is given its context). Both carry messaging.system
 // "logbus", messaging.operation.name and .type, messaging.destination.name
 // and messaging.destination.partition.id; process spans also
-// messaging.consumer.group.name, messaging.message.id,
+// messaging.consumer.group.name, messaging.message.id, messaging.client.id
+// (the consumer's name),
 // logbus.message.offset and logbus.delivery.attempt; a send span gets
 // logbus.message.offset once the record is stored. A failure sets the
 // span's status to Error and error.type to one of: "panic", "decode",
@@ -232,6 +233,9 @@ func (h *Hooks) OnDeliver(ctx context.Context, d *pubsub.DeliveryInfo) context.C
 		if created.IsValid() {
 			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: created}))
 		}
+	}
+	if d.Consumer != "" {
+		opts = append(opts, trace.WithAttributes(semconv.MessagingClientID(d.Consumer)))
 	}
 	ctx, _ = h.tracer.Start(ctx, "process "+d.Topic, opts...)
 	return ctx

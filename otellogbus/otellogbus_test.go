@@ -189,7 +189,7 @@ func TestSpansAndMetricsOfPublishAndDelivery(t *testing.T) {
 			}
 			for k, want := range map[string]string{"messaging.system": "logbus", "messaging.operation.name": "process",
 				"messaging.operation.type": "process", "messaging.destination.name": "orders",
-				"messaging.consumer.group.name": "billing", "logbus.delivery.attempt": "1"} {
+				"messaging.consumer.group.name": "billing", "logbus.delivery.attempt": "1", "messaging.client.id": "billing-1"} {
 				if a[k] != want {
 					t.Errorf("process span %s = %q, want %q", k, a[k], want)
 				}
