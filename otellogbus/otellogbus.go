@@ -12,18 +12,20 @@
 //
 // Publishing a record makes a PRODUCER span "send <topic>" whose context is
 // the record's creation context: the propagator writes it into the
-// record's headers (W3C traceparent by default), so it travels with the
-// record. Each delivery attempt makes a CONSUMER span "process <topic>",
-// in a trace of its own, that links to the creation context found in the
-// headers (the conventions' default; the handler's own spans nest under
-// it, since the handler is given its context). Both carry messaging.system
-// "logbus", messaging.operation.name and .type, messaging.destination.name
-// and messaging.destination.partition.id; process spans also
+// record's headers, so it travels with the record. (The default propagator
+// is otel's global one, which does nothing until the application sets it;
+// WithPropagator(propagation.TraceContext{}) writes W3C traceparent.) Each
+// delivery attempt makes a CONSUMER span "process <topic>", in a trace of
+// its own, that links to the creation context found in the headers (the
+// conventions' default); the handler's own spans nest under it, since the
+// handler is given its context. Both carry messaging.system "logbus",
+// messaging.operation.name and .type, messaging.destination.name and
+// messaging.destination.partition.id. Process spans also carry
 // messaging.consumer.group.name, messaging.message.id, messaging.client.id
-// (the consumer's name),
-// logbus.message.offset and logbus.delivery.attempt; a send span gets
-// logbus.message.offset once the record is stored. A failure sets the
-// span's status to Error and error.type to one of: "panic", "decode",
+// (the consumer), logbus.message.offset and logbus.delivery.attempt; a send
+// span gets logbus.message.offset once the record is stored (its ID is not
+// known to the hooks, so it has no messaging.message.id). A failure sets
+// the span's status to Error and error.type to one of "panic", "decode",
 // "permanent", "backpressure", "closed", "context_canceled",
 // "context_deadline_exceeded" or "_OTHER".
 //
