@@ -89,7 +89,8 @@ func Handler(b *pubsub.Broker, opts ...Option) http.Handler {
 	return newHandler(brokerSource{b}, opts...)
 }
 
-// source is what the handler reads and acts on: a broker, or a test's fake.
+// source is what the handler reads and acts on (brokerSource): the page's
+// code never touches the broker itself.
 type source interface {
 	// overview describes everything, with at most letters dead letters per
 	// group, the newest first.

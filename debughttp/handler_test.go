@@ -399,6 +399,28 @@ func TestRedriveAction(t *testing.T) {
 	})
 }
 
+// After Close the page still shows the broker, stopped, with its dead
+// letters; an action is refused with 409 Conflict.
+func TestPageAfterClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := newDemo(t)
+		h := debughttp.Handler(d.b, debughttp.WithActions())
+		if err := d.audit.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.b.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		o := decode[overview](t, get(t, h, "/?format=json"))
+		if billing := o.group("orders", "billing"); o.State != "stopped" || billing == nil || len(billing.DeadLetters) != 1 {
+			t.Errorf("after Close: state %q, billing %+v; want stopped, with its dead letter", o.State, billing)
+		}
+		if r := post(t, h, "/topics/orders/groups/billing/redrive", url.Values{"all": {"1"}}); r.StatusCode != http.StatusConflict {
+			t.Errorf("redrive after Close: %d, want 409", r.StatusCode)
+		}
+	})
+}
+
 // Hostile topic and group names and message bytes are shown escaped, never
 // as markup; binary bytes as hex; long values truncated; and a name with a
 // slash still has a page of its own.
