@@ -34,6 +34,7 @@ const (
 type live struct {
 	b       *pubsub.Broker
 	audit   *pubsub.Group[string]
+	billing *pubsub.Group[string]
 	release chan struct{} // lets mailer's handler return
 }
 
@@ -54,7 +55,8 @@ func newLive(t *testing.T) *live {
 		}
 		return nil
 	})
-	if _, err := topic.Subscribe("billing", "billing-1", billing); err != nil {
+	billingGroup, err := topic.Subscribe("billing", "billing-1", billing)
+	if err != nil {
 		t.Fatal(err)
 	}
 	audit, err := topic.Subscribe("audit", "audit-1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil }))
@@ -64,7 +66,7 @@ func newLive(t *testing.T) *live {
 	if err := audit.Pause(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	l := &live{b: b, audit: audit, release: make(chan struct{})}
+	l := &live{b: b, audit: audit, billing: billingGroup, release: make(chan struct{})}
 	started := make(chan struct{}, 1)
 	_, err = topic.Subscribe("mailer", "mailer-1", pubsub.HandlerFunc[string](func(ctx context.Context, m pubsub.Message[string]) error {
 		if m.Offset == 0 && m.Partition == 0 {
@@ -288,6 +290,21 @@ func TestDebugPageInBrowser(t *testing.T) {
 		t.Errorf("after the action the browser is at %s, want %s (without ?done=)", loc, want)
 	}
 	shot(t, ctx, "debug-page-group.png", false)
+
+	// To billing's page, and redrive its dead letter: the poison fails
+	// again and is dead-lettered again, and the page counts the redrive.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/debug/logbus/topics/orders/groups/billing"),
+		chromedp.WaitVisible(chromedp.ID("dead-letters")),
+		chromedp.Click(chromedp.CSS(`#dead-letters button[data-action="redrive"]`)),
+		chromedp.WaitVisible(chromedp.ID("notice")),
+	); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, `(s => s.includes("dead-lettered 2") && s.includes("1 redriven"))(document.getElementById("summary").innerText)`)
+	if s := l.billing.Stats(); s.Redriven != 1 || s.DeadLettered != 2 {
+		t.Errorf("billing after the redrive: %+v, want 1 redriven and 2 dead-lettered", s)
+	}
 }
 
 // shot saves a full-page screenshot under out/ (or LOGBUS_ARTIFACTS), the
