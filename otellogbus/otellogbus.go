@@ -182,12 +182,28 @@ func (h *Hooks) OnPublish(ctx context.Context, p *pubsub.PublishInfo) context.Co
 			semconv.MessagingDestinationName(p.Topic),
 			semconv.MessagingDestinationPartitionID(strconv.Itoa(p.Partition)),
 		))
-	if p.Headers == nil {
-		p.Headers = make(map[string]string, 2)
+	h.prop.Inject(ctx, headers{p})
+	if !h.opDur.Float64Histogram.Enabled(ctx) {
+		return ctx // no clock read for a duration nobody records
 	}
-	h.prop.Inject(ctx, propagation.MapCarrier(p.Headers))
 	return context.WithValue(ctx, sendStart{}, time.Now())
 }
+
+// headers carries a creation context into a record's headers, making the
+// map only when the propagator writes something (otel's default global
+// propagator writes nothing).
+type headers struct{ p *pubsub.PublishInfo }
+
+func (c headers) Get(key string) string { return c.p.Headers[key] }
+
+func (c headers) Set(key, value string) {
+	if c.p.Headers == nil {
+		c.p.Headers = make(map[string]string, 2)
+	}
+	c.p.Headers[key] = value
+}
+
+func (c headers) Keys() []string { return propagation.MapCarrier(c.p.Headers).Keys() }
 
 // OnPublished ends the "send" span and counts the record sent, or failed.
 func (h *Hooks) OnPublished(ctx context.Context, p *pubsub.PublishInfo, pos pubsub.Position, err error) {
