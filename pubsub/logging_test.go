@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -244,4 +245,28 @@ func TestWithStuckAfterValidation(t *testing.T) {
 			wantErrIs(t, "Err", b.Err(), pubsub.ErrInvalid)
 		})
 	}
+}
+
+// The stuck-handler watchdog is the only goroutine WithStuckAfter adds, and
+// there is none without it; Close stops it (goleak checks that at the end
+// of the package's tests). Inside a bubble, where nothing else of other
+// tests runs.
+func TestStuckWatchdogRunsOnlyWhenAsked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		count := func(opts ...pubsub.BrokerOption) int {
+			before := runtime.NumGoroutine()
+			b := pubsub.NewBroker(opts...)
+			n := runtime.NumGoroutine() - before
+			if err := b.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		if n := count(pubsub.WithLogger(slog.New(&logRecorder{}))); n != 0 {
+			t.Errorf("a broker without WithStuckAfter started %d goroutines, want 0", n)
+		}
+		if n := count(pubsub.WithStuckAfter(time.Second)); n != 1 {
+			t.Errorf("a broker with WithStuckAfter started %d goroutines, want 1 (the watchdog)", n)
+		}
+	})
 }

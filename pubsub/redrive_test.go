@@ -3,6 +3,7 @@ package pubsub_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -135,5 +136,51 @@ func TestRedriveOfAPausedGroup(t *testing.T) {
 		}
 		_, err := g.Redrive(context.Background(), nil)
 		wantErrIs(t, "Redrive after Close", err, pubsub.ErrClosed)
+	})
+}
+
+// A worker stopped while a record waited out its backoff leaves the
+// record's attempt count to its successor; redriven letters delivered
+// first do not reset it. Interleaving: "x" is dead-lettered, "a" fails its
+// first attempt, Pause stops the worker during the backoff, Redrive sends
+// "x" back, Resume starts a worker that delivers "x" and then "a" at
+// attempt 2.
+func TestRedriveKeepsTheAttemptsOfARecordMidRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 3, BaseDelay: time.Minute}))
+		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		var redriven atomic.Bool
+		var rec recorder[string]
+		rec.fail = func(_ context.Context, m pubsub.Message[string]) error {
+			switch {
+			case m.Value == "x" && !redriven.Load():
+				return pubsub.ErrPermanent
+			case m.Value == "a" && m.Attempt == 1:
+				return errors.New("once")
+			}
+			return nil
+		}
+		g := mustSubscribe(t, topic, "billing", "b1", &rec)
+		mustPublish(t, topic, "k", "x")
+		mustPublish(t, topic, "k", "a")
+		synctest.Wait() // "a" waits out its backoff
+		if err := g.Pause(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		redriven.Store(true)
+		if n, err := g.Redrive(context.Background(), nil); n != 1 || err != nil {
+			t.Fatalf("Redrive: %d, %v; want 1, nil", n, err)
+		}
+		if err := g.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, b)
+		var got []string
+		for _, m := range rec.calls() {
+			got = append(got, fmt.Sprintf("%s#%d", m.Value, m.Attempt))
+		}
+		if want := []string{"x#1", "a#1", "x#1", "a#2"}; !slices.Equal(got, want) {
+			t.Errorf("deliveries %v, want %v", got, want)
+		}
 	})
 }

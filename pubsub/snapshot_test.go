@@ -182,3 +182,29 @@ func groupNames(t pubsub.TopicSnapshot) []string {
 	}
 	return out
 }
+
+// When retention trimmed the oldest record a group has not committed, the
+// snapshot still counts the lag in records, but has no age for it: the
+// group will skip those records.
+func TestSnapshotLagOfTrimmedRecordsHasNoAge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		topic := mustTopic(t, b, "t", codec.String(), codec.String(),
+			pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, OnFull: pubsub.DropOldest}))
+		g := mustSubscribe(t, topic, "g", "c", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil }))
+		if err := g.Pause(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for range 5 {
+			mustPublish(t, topic, "k", "v")
+		}
+		p := b.Snapshot().Topics[0].Groups[0].Partitions[0]
+		if p.Lag != 5 || p.Committed != 0 || !p.Oldest.IsZero() || p.LagAge != 0 {
+			t.Errorf("partition %+v, want lag 5 from offset 0 and no age (offsets 0-2 are gone)", p)
+		}
+		if err := g.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, b)
+	})
+}

@@ -34,3 +34,11 @@ func (q *deadLetters) snapshot() ([]DeadLetter, int64) {
 	defer q.mu.Unlock()
 	return append([]DeadLetter(nil), q.letters...), q.evicted
 }
+
+// counts returns how many letters the queue holds and how many it
+// evicted, without copying the letters.
+func (q *deadLetters) counts() (held int, evicted int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.letters), q.evicted
+}

@@ -557,7 +557,7 @@ func (g *Group) DeliveryState(partition int) DeliveryState {
 
 // Stats returns the group's counters.
 func (g *Group) Stats() GroupStats {
-	_, evicted := g.dlq.snapshot()
+	_, evicted := g.dlq.counts()
 	var delivered int64
 	for _, gp := range g.parts {
 		delivered += int64(gp.progress.Load() >> progressAcks)

@@ -43,8 +43,7 @@ func (b *Broker) Snapshot() engine.Snapshot {
 // the deliveries in flight have run.
 func (g *Group) snapshot(stuck *watchdog) engine.GroupSnapshot {
 	gs := engine.GroupSnapshot{Name: g.name, Stats: g.Stats(), Partitions: make([]engine.GroupPartitionSnapshot, len(g.parts))}
-	letters, _ := g.dlq.snapshot()
-	gs.DeadLetters = len(letters)
+	gs.DeadLetters, _ = g.dlq.counts()
 	g.mu.Lock()
 	gs.Paused = g.paused
 	for _, m := range g.members {
