@@ -80,8 +80,10 @@ func WithRefresh(d time.Duration) Option {
 // pages show, 20 by default; n ≤ 0 shows none (the counts stay).
 func WithDeadLetters(n int) Option { return optionFunc(func(c *config) { c.letters = max(n, 0) }) }
 
-// Handler returns the debug page of b. The handler is safe for concurrent
-// use and keeps no state between requests.
+// Handler returns the debug page of b; it panics if b is nil. The handler
+// is safe for concurrent use and keeps no state between requests. It
+// works after b is closed too: it shows the broker stopped, and refuses
+// actions with 409 Conflict.
 func Handler(b *pubsub.Broker, opts ...Option) http.Handler {
 	if b == nil {
 		panic("debughttp: Handler of a nil *pubsub.Broker")
