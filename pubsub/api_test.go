@@ -103,11 +103,6 @@ var (
 	_ pubsub.HookSkip                                                                                     = hookSet{}
 	_ pubsub.HookStuck                                                                                    = hookSet{}
 	_ pubsub.HookClose                                                                                    = hookSet{}
-	_ func(*pubsub.Broker, context.Context, string, string) error                                         = (*pubsub.Broker).Pause
-	_ func(*pubsub.Broker, context.Context, string, string) error                                         = (*pubsub.Broker).Resume
-	_ func(*pubsub.Broker, string, string) ([]pubsub.RawDeadLetter, error)                                = (*pubsub.Broker).DeadLetters
-	_ func(*pubsub.Broker, context.Context, string, string, func(pubsub.RawDeadLetter) bool) (int, error) = (*pubsub.Broker).Redrive
-	_                                                                                                     = pubsub.RawDeadLetter{ID: "", Topic: "", Partition: 0, Offset: 0, Key: nil, Value: nil, Headers: nil, Created: time.Time{}, Attempts: 1, Err: nil, FailedAt: time.Time{}}
 	_                                                                                                     = []pubsub.Outcome{pubsub.OutcomeAcked, pubsub.OutcomeFailed, pubsub.OutcomeUndecodable, pubsub.OutcomeGivenBack}
 )
 

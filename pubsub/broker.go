@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/internal/engine"
 )
 
@@ -262,6 +263,26 @@ func (b *Broker) Lag(group, topic string) (int64, error) {
 		return 0, fail(err, "lag of group %q on topic %q", group, topic)
 	}
 	return g.Lag(), nil
+}
+
+// Group returns an existing group of topic as a Group of its records'
+// encoded bytes: each DeadLetter's Message.Value is the value as it was
+// published (codec.Bytes). It is for tools that do not know the group's
+// types, such as a debug page: the same group as the *Group[V] that
+// Subscribe returned, with the same offsets, counters and dead letters, so
+// Pause, Resume, Seek and Replay through either move both. Leave a
+// Stream's consumer through the Stream, not through this view. An unknown
+// topic is ErrTopicNotFound, an unknown group ErrSubscription. It does not
+// block.
+func (b *Broker) Group(group, topic string) (*Group[[]byte], error) {
+	if err := b.check(context.Background()); err != nil {
+		return nil, fail(err, "group %q on topic %q", group, topic)
+	}
+	g, err := b.eng.Group(context.Background(), topic, group)
+	if err != nil {
+		return nil, fail(err, "group %q on topic %q", group, topic)
+	}
+	return &Group[[]byte]{eng: g, values: codec.Bytes(), obs: b.obs, topic: topic}, nil
 }
 
 // Replay moves the cursors of an existing group on every partition of topic

@@ -3,6 +3,7 @@ package pubsub
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"maps"
 	"strconv"
@@ -431,6 +432,18 @@ func (g *Group[V]) Redrive(ctx context.Context, match func(DeadLetter[V]) bool) 
 	err = fail(err, "redrive group %q", g.Name())
 	g.obs.operator("redrove dead letters", g.topic, g.Name(), err, slog.Int("count", n))
 	return n, err
+}
+
+// redrive asks g's engine to redrive what match accepts, or everything.
+func redrive(ctx context.Context, g engine.Group, match func(*engine.DeadLetter) bool, all bool) (int, error) {
+	r, ok := g.(engine.Redriver)
+	if !ok {
+		return 0, fmt.Errorf("%w: the engine cannot redrive dead letters", ErrInvalid)
+	}
+	if all {
+		match = nil
+	}
+	return r.Redrive(ctx, match)
 }
 
 // keyArena copies delivered messages' keys, many short keys per

@@ -185,9 +185,9 @@ func TestRedriveKeepsTheAttemptsOfARecordMidRetry(t *testing.T) {
 	})
 }
 
-// A tool that holds only the Broker acts on a group by name: it pauses and
-// resumes it, reads its dead letters as bytes, and redrives them.
-func TestGroupCallsByName(t *testing.T) {
+// A tool that holds only the Broker redrives through Broker.Group: the
+// untyped view reads the dead letters as bytes and redrives them.
+func TestRedriveThroughTheUntypedView(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t)
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
@@ -203,38 +203,30 @@ func TestGroupCallsByName(t *testing.T) {
 		mustPublish(t, topic, "alice", "paid", pubsub.WithHeaders(map[string]string{"h": "1"}))
 		drain(t, b)
 
-		letters, err := b.DeadLetters("billing", "orders")
-		if err != nil || len(letters) != 1 {
-			t.Fatalf("DeadLetters: %v, %v; want one", letters, err)
+		raw, err := b.Group("billing", "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		letters := raw.DeadLetters()
+		if len(letters) != 1 {
+			t.Fatalf("DeadLetters: %v; want one", letters)
 		}
 		l := letters[0]
-		if string(l.Key) != "alice" || string(l.Value) != "paid" || l.Headers["h"] != "1" || l.Attempts != 1 ||
-			!errors.Is(l.Err, pubsub.ErrPermanent) || l.ID == "" || l.Offset != 0 {
+		if string(l.Message.Key) != "alice" || string(l.Message.Value) != "paid" || l.Message.Headers["h"] != "1" ||
+			l.Attempts != 1 || !errors.Is(l.Err, pubsub.ErrPermanent) || l.Message.ID == "" || l.Message.Offset != 0 {
 			t.Errorf("raw dead letter %+v, want alice/paid with its header, 1 attempt, ErrPermanent", l)
 		}
-		if err := b.Pause(context.Background(), "billing", "orders"); err != nil {
-			t.Fatal(err)
-		}
-		if s := b.Snapshot(); !s.Topics[0].Groups[0].Paused {
-			t.Error("Broker.Pause did not pause the group")
-		}
 		fixed.Store(true)
-		if n, err := b.Redrive(context.Background(), "billing", "orders", func(l pubsub.RawDeadLetter) bool { return string(l.Key) == "alice" }); n != 1 || err != nil {
+		if n, err := raw.Redrive(context.Background(), func(l pubsub.DeadLetter[[]byte]) bool { return string(l.Message.Key) == "alice" }); n != 1 || err != nil {
 			t.Fatalf("Redrive: %d, %v; want 1, nil", n, err)
-		}
-		if err := b.Resume(context.Background(), "billing", "orders"); err != nil {
-			t.Fatal(err)
 		}
 		drain(t, b)
 		if n := len(rec.calls()); n != 2 {
 			t.Errorf("%d deliveries, want 2 (the first and the redriven one)", n)
 		}
-		_, err = b.DeadLetters("billing", "nope")
-		wantErrIs(t, "DeadLetters of an unknown topic", err, pubsub.ErrTopicNotFound)
-		err = b.Pause(context.Background(), "nope", "orders")
-		wantErrIs(t, "Pause of an unknown group", err, pubsub.ErrSubscription)
-		_, err = b.Redrive(context.Background(), "nope", "orders", nil)
-		wantErrIs(t, "Redrive of an unknown group", err, pubsub.ErrSubscription)
+		if n := len(raw.DeadLetters()); n != 0 {
+			t.Errorf("%d dead letters left after the redrive, want 0", n)
+		}
 	})
 }
 
