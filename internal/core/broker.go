@@ -131,13 +131,31 @@ func (b *Broker) Topic(name string) (*Topic, error) {
 // the consumer has left and its workers have stopped, by Leave or by Close.
 // Every argument is checked before anything changes. It does not block.
 func (b *Broker) Subscribe(topic, group, consumer string, h Handler, onLeave func(), cfg GroupSpec) (*Group, error) {
+	if h == nil {
+		return nil, fmt.Errorf("%w: topic %q group %q consumer %q: nil handler", ErrSubscription, topic, group, consumer)
+	}
+	return b.subscribe(topic, group, consumer, handlers{one: h}, onLeave, cfg)
+}
+
+// SubscribeBatch is Subscribe for a consumer that takes its records in
+// batches, as spec says (see engine.BatchHandler).
+func (b *Broker) SubscribeBatch(topic, group, consumer string, h BatchHandler, onLeave func(), cfg GroupSpec, spec BatchSpec) (*Group, error) {
+	if h == nil {
+		return nil, fmt.Errorf("%w: topic %q group %q consumer %q: nil handler", ErrSubscription, topic, group, consumer)
+	}
+	spec, err := spec.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("topic %q group %q consumer %q: %w", topic, group, consumer, err)
+	}
+	return b.subscribe(topic, group, consumer, handlers{batch: h, spec: spec}, onLeave, cfg)
+}
+
+func (b *Broker) subscribe(topic, group, consumer string, h handlers, onLeave func(), cfg GroupSpec) (*Group, error) {
 	switch {
 	case group == "":
 		return nil, fmt.Errorf("%w: topic %q: empty group name", ErrSubscription, topic)
 	case consumer == "":
 		return nil, fmt.Errorf("%w: topic %q group %q: empty consumer name", ErrSubscription, topic, group)
-	case h == nil:
-		return nil, fmt.Errorf("%w: topic %q group %q consumer %q: nil handler", ErrSubscription, topic, group, consumer)
 	}
 	t, err := b.Topic(topic)
 	if err != nil {
@@ -158,7 +176,7 @@ func (b *Broker) Subscribe(topic, group, consumer string, h Handler, onLeave fun
 			return nil, fmt.Errorf("topic %q group %q: %w", topic, group, err)
 		}
 	}
-	if err := g.Join(consumer, h, onLeave, cfg); err != nil {
+	if err := g.join(consumer, h, onLeave, cfg); err != nil {
 		return nil, fmt.Errorf("topic %q: %w", topic, err)
 	}
 	b.groups[key] = g

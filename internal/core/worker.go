@@ -33,12 +33,23 @@ type worker struct {
 
 	readEnd  int64    // the offset after the last record read
 	delivery Delivery // handed to the handler; see call
+
+	// A batch consumer's worker reads into recs instead of buf (see
+	// runBatches) and hands over batch.
+	recs  []*Record
+	ids   []string
+	batch Batch
+	wait  *time.Timer // MaxWait, made on first use
 }
 
 // startWorker starts the worker of gp for m. The caller holds g.mu.
 func startWorker(g *Group, gp *groupPartition, m *member) *worker {
 	w := &worker{g: g, gp: gp, m: m, stop: make(chan struct{}), bell: make(chan struct{}, 1)}
 	w.delivery = Delivery{Topic: g.topic.name, Partition: gp.index, Revoked: w.stop}
+	if m.batch != nil {
+		w.recs, w.ids = make([]*Record, m.spec.MaxSize), make([]string, m.spec.MaxSize)
+		w.batch = Batch{Topic: g.topic.name, Partition: gp.index, Revoked: w.stop}
+	}
 	// The goroutine exits when stop is closed, after its current delivery;
 	// sooner, without committing, when the broker's handler context ends
 	// while a delivery is in flight.
@@ -59,6 +70,10 @@ func (w *worker) signal() {
 func (w *worker) stopping() bool { return w.stopped.Load() }
 
 func (w *worker) run() {
+	if w.m.batch != nil {
+		w.runBatches()
+		return
+	}
 	part, cursor := w.gp.part, w.gp.cursor
 	for !w.stopping() {
 		// Read the offset afresh each turn: it is the group's, not ours.
@@ -176,37 +191,50 @@ func (w *worker) deliver(rec *Record) outcome {
 		case errors.Is(err, ErrAbandoned), hardStop.Err() != nil:
 			return interrupted
 		case errors.Is(err, ErrPermanent) || attempt >= g.retry.MaxAttempts:
-			kept := *rec // the letter outlives the record and its buffers: see reclaimLocked
-			kept.Key, kept.Value = bytes.Clone(rec.Key), bytes.Clone(rec.Value)
-			g.dlq.add(DeadLetter{
-				Record:    &kept,
-				ID:        w.delivery.ID,
-				Topic:     w.delivery.Topic,
-				Partition: w.delivery.Partition,
-				Group:     g.name,
-				Attempts:  attempt,
-				Err:       err,
-				FailedAt:  g.broker.clock.Now(),
-			})
-			gp.retryOffset, gp.attempts = -1, 0
-			gp.setState(DeadLettered)
-			g.deadLettered.Add(1)
+			w.park(rec, w.delivery.ID, attempt, err)
 			return parked
 		}
-		g.retried.Add(1)
-		gp.setState(RetryScheduled)
-		t := time.NewTimer(g.retry.Delay(attempt))
-		select {
-		case <-t.C:
-		case <-w.stop:
-			t.Stop()
-			return interrupted
-		case <-hardStop.Done():
-			t.Stop()
+		if !w.backoff(attempt) {
 			return interrupted
 		}
 		attempt++
 	}
+}
+
+// park dead-letters rec, which failed for good on attempt with err.
+func (w *worker) park(rec *Record, id string, attempt int, err error) {
+	gp, g := w.gp, w.g
+	kept := *rec // the letter outlives the record and its buffers: see reclaimLocked
+	kept.Key, kept.Value = bytes.Clone(rec.Key), bytes.Clone(rec.Value)
+	g.dlq.add(DeadLetter{
+		Record:    &kept,
+		ID:        id,
+		Topic:     g.topic.name,
+		Partition: gp.index,
+		Group:     g.name,
+		Attempts:  attempt,
+		Err:       err,
+		FailedAt:  g.broker.clock.Now(),
+	})
+	gp.retryOffset, gp.attempts = -1, 0
+	gp.setState(DeadLettered)
+	g.deadLettered.Add(1)
+}
+
+// backoff counts a retry and waits out the delay after the failed attempt.
+// It reports false when the worker was stopped first.
+func (w *worker) backoff(attempt int) bool {
+	w.g.retried.Add(1)
+	w.gp.setState(RetryScheduled)
+	t := time.NewTimer(w.g.retry.Delay(attempt))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.stop:
+	case <-w.g.broker.handlerCtx.Done():
+	}
+	return false
 }
 
 // call runs the handler, turning a panic into a *PanicError. The delivery
@@ -227,4 +255,12 @@ func (w *worker) call(rec *Record, attempt int) (err error) {
 		d.ID = w.gp.part.ids.id(rec.Offset)
 	}
 	return w.m.handler(w.g.broker.handlerCtx, d)
+}
+
+// recordID is rec's ID: the publisher's, else its position's.
+func (w *worker) recordID(rec *Record) string {
+	if rec.ID != "" || w.gp.part.ids == nil {
+		return rec.ID
+	}
+	return w.gp.part.ids.id(rec.Offset)
 }

@@ -158,6 +158,9 @@ const (
 	// VirtualTime: the engine runs inside a testing/synctest bubble, so
 	// its waits (backoff, BlockTimeout) are exact in virtual time.
 	VirtualTime
+	// Batches: the engine is a BatchSubscriber, and delivers a batch
+	// consumer's records in batches as BatchHandler says.
+	Batches
 )
 
 // Runs yields the runs of a batch routed to partitions: the first index

@@ -80,12 +80,17 @@ const (
 	// MaxBytes: the engine honours Retention.MaxBytes, bounding the key and
 	// value bytes each partition retains.
 	MaxBytes Capability = "max-bytes"
+	// Batches: the engine delivers to Topic.SubscribeBatch consumers (an
+	// engine without it refuses them with pubsub.ErrInvalid), and a batch
+	// holds the records already there when the consumer looks, up to
+	// WithBatchSize.
+	Batches Capability = "batches"
 )
 
 // AllCapabilities returns every Capability, in a new slice. The in-memory
 // engine of pubsub.NewBroker has them all.
 func AllCapabilities() []Capability {
-	return []Capability{Synctest, InjectedClock, CustomIDs, ExactBlock, ReclaimOnCommit, GiveBack, DropOldest, MaxAge, MaxBytes}
+	return []Capability{Synctest, InjectedClock, CustomIDs, ExactBlock, ReclaimOnCommit, GiveBack, DropOldest, MaxAge, MaxBytes, Batches}
 }
 
 // RunConformance checks that e keeps every guarantee of the logbus
@@ -198,6 +203,7 @@ func conformanceGroups() []confGroup {
 		{"Drain and ErrStalled", drainCases()},
 		{"Close and ShutdownError", closeCases()},
 		{"Streams", streamCases()},
+		{"Batch consumers", batchCases()},
 		{"Errors", errorCases()},
 		{"Typed keys", keyCases()},
 	}
