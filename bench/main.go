@@ -78,7 +78,7 @@ var errSkip = errors.New("scenario not run by this peer")
 
 var (
 	flagScenarios = flag.String("scenarios", "S1,S2,S3", "comma-separated scenarios to run")
-	flagPeers     = flag.String("peers", "chan,chan-batch,logbus,logbus-batch,logbus-raw,logbus-json,watermill,nats,jetstream", "comma-separated peers to run")
+	flagPeers     = flag.String("peers", "chan,chan-batch,logbus,logbus-batch,logbus-batch-consumer,logbus-raw,logbus-json,watermill,nats,jetstream", "comma-separated peers to run")
 	flagN         = flag.Int("n", 300_000, "messages per run for the fast peers")
 	flagNSlow     = flag.Int("n-slow", 30_000, "messages per run for the slow peers (watermill, jetstream)")
 	flagReps      = flag.Int("reps", 3, "repetitions; the table reports medians")
@@ -110,6 +110,7 @@ func mainErr() error {
 		chanPeer{batch: batchSize},
 		logbusPeer{},
 		logbusPeer{batch: batchSize},
+		logbusPeer{batch: batchSize, consumer: true},
 		logbusPeer{raw: true},
 		logbusPeer{json: true},
 		watermillPeer{},
