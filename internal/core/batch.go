@@ -209,8 +209,12 @@ func (w *worker) callBatch(recs []*Record, attempt int) (err error) {
 	}()
 	b := &w.batch
 	b.Records, b.IDs, b.Attempt = recs, w.ids[:len(recs)], attempt
-	for i, rec := range recs {
-		b.IDs[i] = w.recordID(rec)
+	if ids := w.gp.part.ids; ids != nil {
+		ids.fill(recs[0].Offset, b.IDs) // the records are consecutive
+	} else {
+		for i, rec := range recs {
+			b.IDs[i] = rec.ID
+		}
 	}
 	return w.m.batch(w.g.broker.handlerCtx, b)
 }
