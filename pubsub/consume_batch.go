@@ -78,8 +78,10 @@ type batchOption func(*engine.BatchSpec)
 func (batchOption) applySubscribe(*engine.GroupSpec) {}
 
 // WithBatchSize sets the most messages a batch consumer gets in one call:
-// default 64, at most 65536; anything else is ErrInvalid. It is the
-// consumer's own, not the group's: consumers of one group may differ. Only
+// default 64, at most 4096; anything else is ErrInvalid. It is the
+// consumer's own, not the group's: consumers of one group may differ. A
+// consumer keeps room for a batch for each partition it serves, about 160
+// bytes per message of n (plus what the messages' values hold). Only
 // SubscribeBatch takes it.
 func WithBatchSize(n int) SubscribeOption {
 	return batchOption(func(s *engine.BatchSpec) { s.MaxSize = n })

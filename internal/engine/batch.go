@@ -75,8 +75,11 @@ type BatchSpec struct {
 const (
 	DefaultBatchSize = 64
 	// MaxBatchSize bounds MaxSize: a worker keeps a slot per record of a
-	// batch, allocated when it starts.
-	MaxBatchSize = 1 << 16
+	// batch, allocated when it starts, and the typed layer a Message per
+	// record for each partition (about 160 bytes a record in all: 640 KiB
+	// per partition at this bound). Kafka's max.poll.records is 500 by
+	// default.
+	MaxBatchSize = 1 << 12
 )
 
 // Resolve checks s and fills its zero fields with the defaults.
