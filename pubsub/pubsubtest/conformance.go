@@ -97,8 +97,8 @@ func AllCapabilities() []Capability {
 // documentation (the module's doc.go and the pubsub API) through the public
 // API only: per-key ordering, consumer groups, at-least-once delivery,
 // retries and dead letters, retention and backpressure, start positions,
-// seek and replay, pause, Drain, Close, streams, the error contract and
-// typed keys. An engine author calls it from a test:
+// seek and replay, pause, Drain, Close, streams, batch consumers, the
+// error contract and typed keys. An engine author calls it from a test:
 //
 //	func TestConformance(t *testing.T) {
 //		pubsubtest.RunConformance(t, pubsubtest.Engine{
