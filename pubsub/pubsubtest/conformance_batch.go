@@ -374,6 +374,108 @@ func batchCases() []confCase {
 				c.Errorf("delivered: got %v, want [a b c d] (the seek that timed out moved nothing)", got)
 			}
 		}},
+		{name: "a batch still running when Close gives up is reported Running, and commits none of its messages when it returns", needs: batches, run: func(c *conf) {
+			b := c.broker()
+			topic := c.topic(b, "orders")
+			for _, v := range []string{"a", "b", "c"} {
+				publishValue(c, topic, v)
+			}
+			entered, release, returned := make(chan struct{}), make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			c.Cleanup(func() { once.Do(func() { close(release) }) })
+			g := subscribeBatch(c, topic, "billing", "b1", pubsub.BatchHandlerFunc[string](func(context.Context, []pubsub.Message[string]) error {
+				close(entered)
+				defer close(returned)
+				<-release // ignores its context
+				return nil
+			}))
+			c.wait("the first batch", entered)
+			se, ok := errors.AsType[*pubsub.ShutdownError](b.Close(c.within(shortWait)))
+			if !ok {
+				c.Fatal("Close: want a *pubsub.ShutdownError")
+			}
+			want := []pubsub.Unfinished{{Group: "billing", Topic: "orders", Partition: 0, Committed: 0, End: 3, Running: true}}
+			if !slices.Equal(se.Unfinished, want) {
+				c.Errorf("Unfinished: got %+v, want %+v", se.Unfinished, want)
+			}
+			once.Do(func() { close(release) })
+			c.wait("the batch handler's return", returned)
+			c.settle()
+			if got := g.Committed(0); got != 0 {
+				c.Errorf("the late batch committed: Committed(0) %d, want 0", got)
+			}
+			if c.bubble { // in real time the engine may still be taking the acks back
+				if got := g.Stats().Delivered; got != 0 {
+					c.Errorf("the late batch's acks counted: Delivered %d, want 0", got)
+				}
+			}
+		}},
+		{name: "a partition leaves a batch consumer only after its batch in flight committed, and is not redelivered", needs: batches, run: func(c *conf) {
+			b := c.broker()
+			topic := c.topic(b, "orders")
+			for _, v := range []string{"a", "b", "c"} {
+				publishValue(c, topic, v)
+			}
+			entered, release := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			c.Cleanup(func() { once.Do(func() { close(release) }) })
+			first := &batchLog[string]{fail: func(call int, _ []pubsub.Message[string]) error {
+				if call == 0 {
+					close(entered)
+					<-release
+				}
+				return nil
+			}}
+			g := subscribeBatch(c, topic, "billing", "b1", first)
+			c.wait("the first batch", entered)
+			second := &batchLog[string]{}
+			subscribeBatch(c, topic, "billing", "b2", second)
+			c.wantIs("Leave while the batch is in flight", g.Leave(c.within(shortWait), "b1"), context.DeadlineExceeded)
+			once.Do(func() { close(release) })
+			publishValue(c, topic, "d")
+			c.drain(b)
+			if got := values(first.flat()); !slices.Equal(got, []string{"a", "b", "c"}) {
+				c.Errorf("the leaving consumer got %v, want [a b c]", got)
+			}
+			if got := values(second.flat()); !slices.Equal(got, []string{"d"}) {
+				c.Errorf("the partition's next owner got %v, want [d] only: the batch in flight committed before it moved", got)
+			}
+		}},
+		{name: "a group may mix batch and per-record consumers: each record once, each partition in order", needs: batches, run: func(c *conf) {
+			b := c.broker()
+			topic := c.topic(b, "orders", pubsub.WithPartitions(4))
+			batch := &batchLog[string]{}
+			one := &callLog[string]{}
+			subscribeBatch(c, topic, "billing", "batch", batch)
+			subscribe(c, topic, "billing", "one", one)
+			if a := topic.Partitions(); a != 4 {
+				c.Fatalf("partitions: %d", a)
+			}
+			want := seqStrings(40)
+			for _, v := range want {
+				publish(c, topic, v, v)
+			}
+			c.drain(b)
+			all := append(batch.flat(), one.all()...)
+			byPart := map[int][]int64{}
+			var got []string
+			for _, m := range all {
+				byPart[m.Partition] = append(byPart[m.Partition], m.Offset)
+				got = append(got, m.Value)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+				c.Errorf("delivered: got %v, want each of %d once", got, len(want))
+			}
+			for p, offs := range byPart {
+				if !slices.IsSorted(offs) {
+					c.Errorf("partition %d: offsets %v, want increasing", p, offs)
+				}
+			}
+			if len(batch.flat()) == 0 || len(one.all()) == 0 {
+				c.Errorf("batch consumer got %d, per-record consumer %d: want both to own partitions", len(batch.flat()), len(one.all()))
+			}
+		}},
 		{name: "Replay redelivers to a batch consumer from the start, on attempt 1", needs: batches, run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
