@@ -80,17 +80,19 @@ func (w *worker) topUp(offset int64, n int) (int, bool) {
 		case !waiting:
 			// Retention trimmed what was read: deliver it, and the
 			// delivery finds it gone, skips and counts it.
-			return n, true
+			return n, !w.stopping()
 		}
 		select {
 		case <-w.bell:
 		case <-w.wait.C:
-			return n, true
+			// When stop was closed at the same time, select may have
+			// picked either: a stopped worker begins no delivery.
+			return n, !w.stopping()
 		case <-w.stop:
 			return n, false
 		}
 	}
-	return n, true
+	return n, !w.stopping()
 }
 
 // deliverBatches delivers recs, consecutive records of the partition, in
