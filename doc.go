@@ -41,7 +41,11 @@
 //		}))
 //
 // A consumer can also take its messages from a channel, acking each one
-// ([pubsub.Topic.Stream]). A group can pause, resume, seek and replay, and it
+// ([pubsub.Topic.Stream]), or in batches: [pubsub.Topic.SubscribeBatch]
+// hands a [pubsub.BatchHandler] what a partition gained since it last
+// looked, in offset order, and the group commits once per batch; a
+// [pubsub.BatchError] says which message failed, and only that one is
+// retried. A group can pause, resume, seek and replay, and it
 // reports its lag, its counters and its dead letters. A handler that needs
 // the typed key asks the topic: orders.Key(msg).
 //
@@ -171,7 +175,8 @@
 // Every error a pubsub call returns wraps one of pubsub's sentinel errors
 // or a context's error, so errors.Is classifies it; the message starts with
 // "logbus: " and the call's own verb. ShutdownError, PanicError and
-// DecodeError carry details for errors.AsType.
+// DecodeError carry details for errors.AsType; a batch handler returns a
+// BatchError to name the message that failed.
 //
 // # Engines
 //

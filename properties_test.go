@@ -404,6 +404,7 @@ type machine struct {
 	maxAttempts int
 
 	keys      []string
+	joinBatch []pubsub.SubscribeOption // set while SubscribeBatch joins: its batch options
 	groups    map[string]*pubsub.Group[job]
 	starts    map[string]startSpec // what each group was created with
 	members   map[string][]string  // the model's membership, in join order
@@ -840,6 +841,17 @@ func (m *machine) Subscribe(t *rapid.T) { m.join(t, false) }
 // Stream adds a Stream consumer to a group.
 func (m *machine) Stream(t *rapid.T) { m.join(t, true) }
 
+// SubscribeBatch adds a batch consumer (see batchHandler) to a group, with
+// a drawn batch size and wait.
+func (m *machine) SubscribeBatch(t *rapid.T) {
+	m.joinBatch = []pubsub.SubscribeOption{
+		pubsub.WithBatchSize(rapid.SampledFrom([]int{1, 2, 3, 8}).Draw(t, "batchSize")),
+		pubsub.WithBatchWait(time.Duration(rapid.SampledFrom([]int{0, 0, 3}).Draw(t, "batchWaitMs")) * time.Millisecond),
+	}
+	defer func() { m.joinBatch = nil }()
+	m.join(t, false)
+}
+
 // join adds a consumer. A new group is created with a drawn Start, and its
 // first epoch begins, in every partition, where that Start resolves
 // against the retained range now: nothing runs between the model reading
@@ -877,6 +889,8 @@ func (m *machine) join(t *rapid.T, stream bool) {
 		if s, err = m.topic.Stream(group, consumer, spec.options()...); err == nil {
 			g = s.Group()
 		}
+	} else if m.joinBatch != nil {
+		g, err = m.topic.SubscribeBatch(group, consumer, m.batchHandler(group, consumer), append(spec.options(), m.joinBatch...)...)
 	} else {
 		g, err = m.topic.Subscribe(group, consumer, m.handler(group, consumer), spec.options()...)
 	}
@@ -1611,6 +1625,87 @@ func (m *machine) handler(group, consumer string) pubsub.HandlerFunc[job] {
 		m.mu.Unlock()
 		if c.kind == "panic" {
 			panic(fmt.Sprintf("poison seq %d", msg.Value.Seq))
+		}
+		return err
+	}
+}
+
+// batchHandler is a batch consumer's handler. It acts out each message's
+// fault in order, as handler does, and ends the batch at the first failure
+// with a BatchError naming it: the messages after it are not processed, so
+// they have no call. A panic fault panics when its message is the first of
+// the batch (a panic fails the first message); later in a batch the
+// handler reports it as a *PanicError at its index, as a handler that
+// recovered it would. The delivery begins when the call does and every
+// message of it ends when the call returns: the batch's commit follows
+// that, once.
+func (m *machine) batchHandler(group, consumer string) pubsub.BatchHandlerFunc[job] {
+	return func(ctx context.Context, msgs []pubsub.Message[job]) error {
+		first := msgs[0]
+		m.mu.Lock()
+		ep := m.beginLocked(group, consumer, false, first.Partition, first.Offset)
+		m.mu.Unlock()
+		var calls []call
+		var err error
+		var undecodable []string
+		panicked := false
+		for i, msg := range msgs {
+			if msg.Attempt != first.Attempt || msg.Offset != first.Offset+int64(i) || msg.Partition != first.Partition {
+				m.mu.Lock()
+				m.violations = append(m.violations, fmt.Sprintf("batch: %s/%s message %d is p%d@%d attempt %d, after p%d@%d attempt %d",
+					group, consumer, i, msg.Partition, msg.Offset, msg.Attempt, first.Partition, first.Offset, first.Attempt))
+				m.mu.Unlock()
+			}
+			if msg.Value.Sleep > 0 {
+				time.Sleep(time.Duration(msg.Value.Sleep) * time.Millisecond) // virtual time; ignores ctx on purpose
+			}
+			c := call{group: group, consumer: consumer, partition: msg.Partition, offset: msg.Offset,
+				attempt: msg.Attempt, seq: msg.Value.Seq, epoch: ep, created: msg.Created, outcome: failed}
+			var fail error
+			switch msg.Value.Fault {
+			case faultNone:
+				c.outcome = acked
+			case faultTransient:
+				if msg.Attempt <= msg.Value.K {
+					fail, c.kind = &nackError{seq: msg.Value.Seq, attempt: msg.Attempt}, "transient"
+				} else {
+					c.outcome = acked
+				}
+			case faultPermanent:
+				fail, c.kind = &nackError{seq: msg.Value.Seq, attempt: msg.Attempt, permanent: true}, "permanent"
+			case faultPanic:
+				c.kind = "panic"
+				if i == 0 {
+					panicked = true
+				} else {
+					fail = &pubsub.PanicError{Value: fmt.Sprintf("poison seq %d", msg.Value.Seq)}
+				}
+			case faultUndecodable:
+				fail, c.kind = fmt.Errorf("seq %d reached a handler though it cannot be decoded", msg.Value.Seq), "transient"
+				undecodable = append(undecodable, "decode: "+fail.Error())
+			}
+			if c.outcome == failed && ctx.Err() != nil {
+				c.outcome = cut // Close gave up: the worker drops what the handler says
+			}
+			calls = append(calls, c)
+			if c.outcome != acked {
+				if fail != nil {
+					err = &pubsub.BatchError{Index: i, Err: fail}
+				}
+				break
+			}
+		}
+		end := time.Now()
+		m.mu.Lock()
+		m.violations = append(m.violations, undecodable...)
+		delete(m.busy, gp{group, first.Partition})
+		for _, c := range calls {
+			c.end = end
+			m.calls = append(m.calls, c)
+		}
+		m.mu.Unlock()
+		if panicked {
+			panic(fmt.Sprintf("poison seq %d", first.Value.Seq))
 		}
 		return err
 	}

@@ -84,26 +84,26 @@ var (
 // The observability surface, which debughttp and the OpenTelemetry module
 // build on.
 var (
-	_ func(*pubsub.Broker) pubsub.Snapshot                                                                = (*pubsub.Broker).Snapshot
-	_ func(...pubsub.Hook) pubsub.BrokerOption                                                            = pubsub.WithHooks
-	_ func(*slog.Logger) pubsub.BrokerOption                                                              = pubsub.WithLogger
-	_ func(time.Duration) pubsub.BrokerOption                                                             = pubsub.WithStuckAfter
-	_ func(*pubsub.Group[int], context.Context, func(pubsub.DeadLetter[int]) bool) (int, error)           = (*pubsub.Group[int]).Redrive
-	_                                                                                                     = pubsub.Snapshot{Taken: time.Time{}, State: pubsub.Running, Partial: false, Topics: []pubsub.TopicSnapshot{{Name: "", Stats: pubsub.TopicStats{}, Partitions: []pubsub.PartitionSnapshot{{Partition: 0, Earliest: 0, End: 0, Retained: 0, RetainedBytes: 0, Reclaimed: 0, Dropped: 0, Expired: 0, Blocked: 0, TimedOut: 0}}, Groups: []pubsub.GroupSnapshot{{Name: "", Paused: false, Consumers: nil, Assignment: nil, Stats: pubsub.GroupStats{Redriven: 1}, DeadLetters: 0, Lag: 0, LagAge: 0, Partitions: []pubsub.GroupPartitionSnapshot{{Partition: 0, Owner: "", Committed: 0, Lag: 0, Oldest: time.Time{}, LagAge: 0, InFlight: false, Retrying: false, Attempt: 0, RunningFor: 0, Stuck: false, Redriving: 0}}}}}}}
-	_ pubsub.HookPublish                                                                                  = hookSet{}
-	_ pubsub.HookPublished                                                                                = hookSet{}
-	_ pubsub.HookDeliver                                                                                  = hookSet{}
-	_ pubsub.HookDelivered                                                                                = hookSet{}
-	_ pubsub.HookRetry                                                                                    = hookSet{}
-	_ pubsub.HookDeadLetter                                                                               = hookSet{}
-	_ pubsub.HookRebalance                                                                                = hookSet{}
-	_ pubsub.HookBackpressure                                                                             = hookSet{}
-	_ pubsub.HookDrop                                                                                     = hookSet{}
-	_ pubsub.HookExpire                                                                                   = hookSet{}
-	_ pubsub.HookSkip                                                                                     = hookSet{}
-	_ pubsub.HookStuck                                                                                    = hookSet{}
-	_ pubsub.HookClose                                                                                    = hookSet{}
-	_                                                                                                     = []pubsub.Outcome{pubsub.OutcomeAcked, pubsub.OutcomeFailed, pubsub.OutcomeUndecodable, pubsub.OutcomeGivenBack}
+	_ func(*pubsub.Broker) pubsub.Snapshot                                                      = (*pubsub.Broker).Snapshot
+	_ func(...pubsub.Hook) pubsub.BrokerOption                                                  = pubsub.WithHooks
+	_ func(*slog.Logger) pubsub.BrokerOption                                                    = pubsub.WithLogger
+	_ func(time.Duration) pubsub.BrokerOption                                                   = pubsub.WithStuckAfter
+	_ func(*pubsub.Group[int], context.Context, func(pubsub.DeadLetter[int]) bool) (int, error) = (*pubsub.Group[int]).Redrive
+	_                                                                                           = pubsub.Snapshot{Taken: time.Time{}, State: pubsub.Running, Partial: false, Topics: []pubsub.TopicSnapshot{{Name: "", Stats: pubsub.TopicStats{}, Partitions: []pubsub.PartitionSnapshot{{Partition: 0, Earliest: 0, End: 0, Retained: 0, RetainedBytes: 0, Reclaimed: 0, Dropped: 0, Expired: 0, Blocked: 0, TimedOut: 0}}, Groups: []pubsub.GroupSnapshot{{Name: "", Paused: false, Consumers: nil, Assignment: nil, Stats: pubsub.GroupStats{Redriven: 1}, DeadLetters: 0, Lag: 0, LagAge: 0, Partitions: []pubsub.GroupPartitionSnapshot{{Partition: 0, Owner: "", Committed: 0, Lag: 0, Oldest: time.Time{}, LagAge: 0, InFlight: false, Retrying: false, Attempt: 0, RunningFor: 0, Stuck: false, Redriving: 0}}}}}}}
+	_ pubsub.HookPublish                                                                        = hookSet{}
+	_ pubsub.HookPublished                                                                      = hookSet{}
+	_ pubsub.HookDeliver                                                                        = hookSet{}
+	_ pubsub.HookDelivered                                                                      = hookSet{}
+	_ pubsub.HookRetry                                                                          = hookSet{}
+	_ pubsub.HookDeadLetter                                                                     = hookSet{}
+	_ pubsub.HookRebalance                                                                      = hookSet{}
+	_ pubsub.HookBackpressure                                                                   = hookSet{}
+	_ pubsub.HookDrop                                                                           = hookSet{}
+	_ pubsub.HookExpire                                                                         = hookSet{}
+	_ pubsub.HookSkip                                                                           = hookSet{}
+	_ pubsub.HookStuck                                                                          = hookSet{}
+	_ pubsub.HookClose                                                                          = hookSet{}
+	_                                                                                           = []pubsub.Outcome{pubsub.OutcomeAcked, pubsub.OutcomeFailed, pubsub.OutcomeUndecodable, pubsub.OutcomeGivenBack}
 )
 
 // hookSet implements every hook with the signatures the API promises.

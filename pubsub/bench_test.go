@@ -35,6 +35,13 @@ const benchBuffer = 1024
 // of consumers consumers each, whose handlers ack and count.
 func benchTopic[V any](b *testing.B, values codec.Codec[V], partitions, groups, consumers int, opts ...pubsub.BrokerOption) (*pubsub.Broker, *pubsub.Topic[string, V], *atomic.Int64) {
 	b.Helper()
+	return benchTopicOf(b, values, partitions, groups, consumers, false, opts...)
+}
+
+// benchTopicOf is benchTopic; batches subscribes batch consumers
+// (SubscribeBatch, the default batch size) instead.
+func benchTopicOf[V any](b *testing.B, values codec.Codec[V], partitions, groups, consumers int, batches bool, opts ...pubsub.BrokerOption) (*pubsub.Broker, *pubsub.Topic[string, V], *atomic.Int64) {
+	b.Helper()
 	br := pubsub.NewBroker(opts...)
 	b.Cleanup(func() { br.Close(context.Background()) })
 	topic, err := pubsub.NewTopic(br, "bench", codec.String(), values,
@@ -51,9 +58,19 @@ func benchTopic[V any](b *testing.B, values codec.Codec[V], partitions, groups, 
 		handled.Add(1)
 		return nil
 	})
+	bh := pubsub.BatchHandlerFunc[V](func(_ context.Context, msgs []pubsub.Message[V]) error {
+		handled.Add(int64(len(msgs)))
+		return nil
+	})
 	for g := range groups {
 		for c := range consumers {
-			if _, err := topic.Subscribe(fmt.Sprintf("g%d", g), fmt.Sprintf("c%d", c), h); err != nil {
+			var err error
+			if batches {
+				_, err = topic.SubscribeBatch(fmt.Sprintf("g%d", g), fmt.Sprintf("c%d", c), bh)
+			} else {
+				_, err = topic.Subscribe(fmt.Sprintf("g%d", g), fmt.Sprintf("c%d", c), h)
+			}
+			if err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -85,7 +102,11 @@ func finish(b *testing.B, br *pubsub.Broker, handled *atomic.Int64, published, g
 // reports msgs/s. With batch > 1 each iteration publishes batch records in
 // one PublishValues call; otherwise one PublishValue call.
 func benchmarkOneProducer[V any](b *testing.B, values codec.Codec[V], value V, partitions, groups, batch int) {
-	br, topic, handled := benchTopic(b, values, partitions, groups, 1)
+	benchmarkOneProducerOf(b, values, value, partitions, groups, batch, false)
+}
+
+func benchmarkOneProducerOf[V any](b *testing.B, values codec.Codec[V], value V, partitions, groups, batch int, batches bool) {
+	br, topic, handled := benchTopicOf(b, values, partitions, groups, 1, batches)
 	ctx := context.Background()
 	b.ReportAllocs()
 	start := time.Now()
@@ -156,7 +177,11 @@ func BenchmarkS3(b *testing.B) {
 }
 
 func benchmarkS3(b *testing.B, values codec.Codec[[]byte], batch int) {
-	br, topic, handled := benchTopic(b, values, 4, 1, 4)
+	benchmarkS3Of(b, values, batch, false)
+}
+
+func benchmarkS3Of(b *testing.B, values codec.Codec[[]byte], batch int, batches bool) {
+	br, topic, handled := benchTopicOf(b, values, 4, 1, 4, batches)
 	var producers, published atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(max(1, 4/runtime.GOMAXPROCS(0))) // 4 producers
@@ -185,6 +210,16 @@ func benchmarkS3(b *testing.B, values codec.Codec[[]byte], batch int) {
 		published.Add(n)
 	})
 	finish(b, br, handled, int(published.Load()), 1, start)
+}
+
+// BenchmarkBatchConsumer is S1, S2 and S3 with batches at both ends:
+// PublishValues or PublishBatch of 64, and SubscribeBatch consumers.
+func BenchmarkBatchConsumer(b *testing.B) {
+	for _, c := range byteCodecs {
+		b.Run("scenario=S1/codec="+c.name, func(b *testing.B) { benchmarkOneProducerOf(b, c.codec, payload64, 1, 1, 64, true) })
+		b.Run("scenario=S2/codec="+c.name, func(b *testing.B) { benchmarkOneProducerOf(b, c.codec, payload64, 1, 4, 64, true) })
+		b.Run("scenario=S3/codec="+c.name, func(b *testing.B) { benchmarkS3Of(b, c.codec, 64, true) })
+	}
 }
 
 // BenchmarkStream is S1 read through a Stream that acks each delivery: a

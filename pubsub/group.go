@@ -171,10 +171,6 @@ type deliverer[V any] func(ctx context.Context, msg Message[V], revoked <-chan s
 // deliver, when not nil, stands in for handle (a Stream), and onLeave is
 // called once the consumer left and its workers exited.
 func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, Message[V]) error, deliver deliverer[V], onLeave func(), opts []SubscribeOption) (*Group[V], error) {
-	var cfg engine.GroupSpec
-	for _, o := range opts {
-		o.applySubscribe(&cfg)
-	}
 	var h engine.Handler
 	if handle != nil || deliver != nil {
 		// One arena per partition: a partition is served by one delivery at
@@ -195,9 +191,27 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 	if o := t.b.obs; o != nil && o.delivers && h != nil {
 		h = o.wrapDelivery(group, consumer, h)
 	}
-	g, err := t.b.eng.Subscribe(context.Background(), t.Name(), group, consumer, h, onLeave, cfg)
+	return t.subscribe(group, opts, func(cfg engine.GroupSpec) (engine.Group, error) {
+		for _, o := range opts {
+			if _, ok := o.(batchOption); ok {
+				return nil, fmt.Errorf("%w: WithBatchSize and WithBatchWait are for SubscribeBatch", ErrInvalid)
+			}
+		}
+		return t.b.eng.Subscribe(context.Background(), t.Name(), group, consumer, h, onLeave, cfg)
+	}, "subscribe %q to group %q", consumer, group)
+}
+
+// subscribe applies opts to a group spec, joins with join, and returns the
+// group's typed handle. Errors are wrapped with the verb format and args
+// say.
+func (t *Topic[K, V]) subscribe(group string, opts []SubscribeOption, join func(engine.GroupSpec) (engine.Group, error), format string, args ...any) (*Group[V], error) {
+	var cfg engine.GroupSpec
+	for _, o := range opts {
+		o.applySubscribe(&cfg)
+	}
+	g, err := join(cfg)
 	if err != nil {
-		return nil, fail(err, "subscribe %q to group %q", consumer, group)
+		return nil, fail(err, format, args...)
 	}
 	t.b.reg.addGroup(t.Name(), g)
 	t.mu.Lock()

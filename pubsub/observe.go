@@ -229,21 +229,81 @@ func (o *observer) wrapDelivery(group, consumer string, next engine.Handler) eng
 		if o.timed {
 			r.Took = time.Since(start)
 		}
-		switch _, undecodable := err.(*DecodeError); {
-		case err == nil:
-			r.Outcome = OutcomeAcked
-		case errors.Is(err, engine.ErrAbandoned):
-			r.Outcome, r.Err = OutcomeGivenBack, nil
-		case undecodable:
-			r.Outcome = OutcomeUndecodable
-		default:
-			r.Outcome = OutcomeFailed
-		}
+		r.Outcome, r.Err = outcomeOf(err)
 		if pe, ok := err.(*engine.PanicError); ok {
 			o.logPanic(ctx, info, pe)
 		}
 		for _, h := range o.delivered {
 			o.safely(h, "delivered", func() { h.OnDelivered(ctx, &info, r) })
+		}
+		return err
+	}
+}
+
+// outcomeOf is the Outcome of an attempt that ended with err, and the error
+// the hooks see.
+func outcomeOf(err error) (Outcome, error) {
+	switch _, undecodable := errors.AsType[*DecodeError](err); {
+	case err == nil:
+		return OutcomeAcked, nil
+	case errors.Is(err, engine.ErrAbandoned):
+		return OutcomeGivenBack, nil
+	case undecodable:
+		return OutcomeUndecodable, publicErr(err)
+	}
+	return OutcomeFailed, publicErr(err)
+}
+
+// wrapBatch is wrapDelivery for a batch consumer. Each record of a batch
+// is a delivery to the hooks: all of them begin before the handler is
+// called and end after it returns. With a *BatchError, the records before
+// its Index are acked, the one at it ends as its Err says, and the ones
+// after it are given back (they come again); with any other error the
+// first record fails and the others are given back.
+func (o *observer) wrapBatch(group, consumer string, next engine.BatchHandler) engine.BatchHandler {
+	return func(ctx context.Context, b *engine.Batch) error {
+		infos := make([]DeliveryInfo, len(b.Records))
+		for i, rec := range b.Records {
+			infos[i] = DeliveryInfo{Topic: b.Topic, Group: group, Consumer: consumer, Partition: b.Partition,
+				Offset: rec.Offset, ID: b.IDs[i], Attempt: b.Attempt, Created: rec.Created, Key: rec.Key, Headers: rec.Headers}
+			for _, h := range o.deliver {
+				o.safely(h, "deliver", func() {
+					if c := h.OnDeliver(ctx, &infos[i]); c != nil {
+						ctx = c
+					}
+				})
+			}
+		}
+		var start time.Time
+		if o.timed {
+			start = time.Now()
+		}
+		err := callBatchRecovering(ctx, b, next)
+		var took time.Duration
+		if o.timed {
+			took = time.Since(start)
+		}
+		done, failed := len(infos), error(nil)
+		if err != nil {
+			done, failed = 0, err
+			if be, ok := errors.AsType[*engine.BatchError](err); ok && be.Index >= 0 && be.Index < len(infos) {
+				done, failed = be.Index, be.Err
+			}
+		}
+		if pe, ok := failed.(*engine.PanicError); ok {
+			o.logPanic(ctx, infos[done], pe)
+		}
+		for i := range infos {
+			r := DeliveryResult{Took: took, Outcome: OutcomeAcked}
+			switch {
+			case i == done:
+				r.Outcome, r.Err = outcomeOf(failed)
+			case i > done:
+				r.Outcome = OutcomeGivenBack
+			}
+			for _, h := range o.delivered {
+				o.safely(h, "delivered", func() { h.OnDelivered(ctx, &infos[i], r) })
+			}
 		}
 		return err
 	}
@@ -280,6 +340,16 @@ func callRecovering(ctx context.Context, d *engine.Delivery, next engine.Handler
 		}
 	}()
 	return next(ctx, d)
+}
+
+// callBatchRecovering is callRecovering for a batch handler.
+func callBatchRecovering(ctx context.Context, b *engine.Batch, next engine.BatchHandler) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &engine.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return next(ctx, b)
 }
 
 // publicErr turns the engine's error types into pubsub's.

@@ -143,29 +143,49 @@ func (b *Broker) Topic(name string) (*Topic, error) {
 // the consumer has left and its workers have stopped, by Leave or by Close.
 // Every argument is checked before anything changes. It does not block.
 func (b *Broker) Subscribe(topic, group, consumer string, h Handler, onLeave func(), cfg GroupSpec) (*Group, error) {
+	if h == nil {
+		return nil, fmt.Errorf("%w: topic %q group %q consumer %q: nil handler", ErrSubscription, topic, group, consumer)
+	}
+	return b.subscribe(topic, group, consumer, handlers{one: h}, onLeave, cfg)
+}
+
+// SubscribeBatch is Subscribe for a consumer that takes its records in
+// batches, as spec says (see engine.BatchHandler).
+func (b *Broker) SubscribeBatch(topic, group, consumer string, h BatchHandler, onLeave func(), cfg GroupSpec, spec BatchSpec) (*Group, error) {
+	if h == nil {
+		return nil, fmt.Errorf("%w: topic %q group %q consumer %q: nil handler", ErrSubscription, topic, group, consumer)
+	}
+	spec, err := spec.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("topic %q group %q consumer %q: %w", topic, group, consumer, err)
+	}
+	return b.subscribe(topic, group, consumer, handlers{batch: h, spec: spec}, onLeave, cfg)
+}
+
+// subscribe checks the names, joins, and raises the rebalance outside b.mu
+// (an observer may read the broker).
+func (b *Broker) subscribe(topic, group, consumer string, h handlers, onLeave func(), cfg GroupSpec) (*Group, error) {
 	switch {
 	case group == "":
 		return nil, fmt.Errorf("%w: topic %q: empty group name", ErrSubscription, topic)
 	case consumer == "":
 		return nil, fmt.Errorf("%w: topic %q group %q: empty consumer name", ErrSubscription, topic, group)
-	case h == nil:
-		return nil, fmt.Errorf("%w: topic %q group %q consumer %q: nil handler", ErrSubscription, topic, group, consumer)
 	}
 	t, err := b.Topic(topic)
 	if err != nil {
 		return nil, err
 	}
-	g, e, err := b.subscribe(t, group, consumer, h, onLeave, cfg)
+	g, e, err := b.join(t, group, consumer, h, onLeave, cfg)
 	if err != nil {
 		return nil, err
 	}
-	g.observe(e) // outside b.mu: an observer may read the broker
+	g.observe(e)
 	return g, nil
 }
 
-// subscribe is Subscribe under b.mu; it returns the rebalance event to
-// raise once b.mu is released.
-func (b *Broker) subscribe(t *Topic, group, consumer string, h Handler, onLeave func(), cfg GroupSpec) (*Group, *Event, error) {
+// join is subscribe under b.mu; it returns the rebalance event to raise
+// once b.mu is released.
+func (b *Broker) join(t *Topic, group, consumer string, h handlers, onLeave func(), cfg GroupSpec) (*Group, *Event, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.State() != Running {

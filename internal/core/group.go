@@ -73,8 +73,10 @@ type Group struct {
 
 type member struct {
 	name    string
-	handler Handler
-	onLeave func() // called once, after the member left and its last worker exited; may be nil
+	handler Handler      // the per-record handler, or nil for a batch consumer
+	batch   BatchHandler // the batch handler, or nil for a per-record consumer
+	spec    BatchSpec    // resolved; for a batch consumer only
+	onLeave func()       // called once, after the member left and its last worker exited; may be nil
 
 	// Guarded by Group.mu.
 	left      bool // removed from the group, by Leave or shutdown
@@ -200,19 +202,27 @@ func (g *Group) Topic() string { return g.topic.name }
 // equal the group's own configuration (ErrSubscription otherwise). After
 // the broker began closing it fails with ErrClosed.
 func (g *Group) Join(name string, h Handler, onLeave func(), cfg GroupSpec) error {
-	e, err := g.join(name, h, onLeave, cfg)
+	e, err := g.join(name, handlers{one: h}, onLeave, cfg)
 	g.observe(e)
 	return err
+}
+
+// handlers is what a member does with its records: one of one and batch
+// is set; spec, resolved, goes with batch.
+type handlers struct {
+	one   Handler
+	batch BatchHandler
+	spec  BatchSpec
 }
 
 // join is Join without raising the rebalance event, which it returns (nil
 // when there is none), for a caller that holds a lock to raise it after
 // releasing it (Broker.Subscribe holds the broker's).
-func (g *Group) join(name string, h Handler, onLeave func(), cfg GroupSpec) (*Event, error) {
+func (g *Group) join(name string, h handlers, onLeave func(), cfg GroupSpec) (*Event, error) {
 	switch {
 	case name == "":
 		return nil, fmt.Errorf("%w: group %q: empty consumer name", ErrSubscription, g.name)
-	case h == nil:
+	case h.one == nil && h.batch == nil:
 		return nil, fmt.Errorf("%w: group %q consumer %q: nil handler", ErrSubscription, g.name, name)
 	case !cfg.Equal(g.cfg):
 		return nil, fmt.Errorf("%w: group %q exists with other options than consumer %q gives", ErrSubscription, g.name, name)
@@ -226,7 +236,7 @@ func (g *Group) join(name string, h Handler, onLeave func(), cfg GroupSpec) (*Ev
 		return nil, fmt.Errorf("%w: group %q already has consumer %q", ErrSubscription, g.name, name)
 	}
 	before := g.observedAssignmentLocked()
-	g.members = append(g.members, &member{name: name, handler: h, onLeave: onLeave})
+	g.members = append(g.members, &member{name: name, handler: h.one, batch: h.batch, spec: h.spec, onLeave: onLeave})
 	g.rebalanceLocked()
 	return g.rebalanceEventLocked(before), nil
 }

@@ -181,7 +181,7 @@ func (w *worker) redeliver() bool {
 			attempt := it.attempts + 1
 			gp.attempts = attempt
 			gp.setState(InFlight)
-			err := w.call(rec, attempt)
+			err := w.callOne(rec, attempt)
 			if err == nil {
 				gp.acks++
 				gp.attempts = 0
@@ -198,7 +198,7 @@ func (w *worker) redeliver() bool {
 				return false
 			}
 			if errors.Is(err, ErrPermanent) || attempt >= g.retry.MaxAttempts {
-				w.park(rec, attempt, err)
+				w.park(rec, it.letter.ID, attempt, err)
 				gp.redrive.done()
 				break
 			}

@@ -73,9 +73,10 @@ func (t *Topic) NewRecords(recs []*Record) {
 			n++
 		}
 		*fl = free
-		if len(free) > 0 {
-			t.freeLists.Put(fl)
-		}
+		// Emptied, it goes back all the same: AppendBatch refills it
+		// without growing it. Dropping it cost a batch publish about
+		// eight allocations as AppendBatch grew a new one from nothing.
+		t.freeLists.Put(fl)
 	}
 	for ; n < len(recs); n++ {
 		recs[n] = t.NewRecord()
@@ -120,7 +121,7 @@ func (t *Topic) AppendBatch(ctx context.Context, partitions []int, recs []*Recor
 		fl = new([]*Record)
 	}
 	defer func() {
-		if len(*fl) > 0 && len(*fl) <= maxFreeList {
+		if len(*fl) <= maxFreeList {
 			t.freeLists.Put(fl)
 		}
 	}()

@@ -35,12 +35,24 @@ type worker struct {
 
 	readEnd  int64    // the offset after the last record read
 	delivery Delivery // handed to the handler; see call
+
+	// A batch consumer's worker reads into recs instead of buf (see
+	// runBatches) and hands over batch.
+	recs  []*Record
+	ids   []string
+	batch Batch
+	one   [1]*Record  // a redriven letter, handed over alone (callOne)
+	wait  *time.Timer // MaxWait, made on first use
 }
 
 // startWorker starts the worker of gp for m. The caller holds g.mu.
 func startWorker(g *Group, gp *groupPartition, m *member) *worker {
 	w := &worker{g: g, gp: gp, m: m, stop: make(chan struct{}), bell: make(chan struct{}, 1)}
 	w.delivery = Delivery{Topic: g.topic.name, Partition: gp.index, Revoked: w.stop}
+	if m.batch != nil {
+		w.recs, w.ids = make([]*Record, m.spec.MaxSize), make([]string, m.spec.MaxSize)
+		w.batch = Batch{Topic: g.topic.name, Partition: gp.index, Revoked: w.stop}
+	}
 	// The goroutine exits when stop is closed, after its current delivery;
 	// sooner, without committing, when the broker's handler context ends
 	// while a delivery is in flight.
@@ -61,6 +73,10 @@ func (w *worker) signal() {
 func (w *worker) stopping() bool { return w.stopped.Load() }
 
 func (w *worker) run() {
+	if w.m.batch != nil {
+		w.runBatches()
+		return
+	}
 	part, cursor := w.gp.part, w.gp.cursor
 	for !w.stopping() {
 		if w.gp.redrive.pending.Load() > 0 { // dead letters sent back (Redrive) come first
@@ -76,14 +92,7 @@ func (w *worker) run() {
 		case skipTo > offset:
 			// Retention trimmed records this group had not read. Skip to the
 			// earliest one and count the gap: visible loss, never silent.
-			if cursor.Commit(offset, skipTo) {
-				w.g.skipped.Add(skipTo - offset)
-				w.committed(skipTo)
-				if obs := w.g.broker.obs; obs != nil {
-					obs.Observe(&Event{Kind: engine.EventSkip, Topic: w.delivery.Topic, Group: w.g.name,
-						Partition: w.gp.index, Offset: offset, To: skipTo})
-				}
-			}
+			w.skip(offset, skipTo)
 			continue
 		case waiting:
 			select {
@@ -97,6 +106,21 @@ func (w *worker) run() {
 		if !w.deliverBatch(w.buf[:n]) {
 			return
 		}
+	}
+}
+
+// skip moves the cursor from offset past the records retention trimmed
+// before the group read them, up to skipTo, and counts and reports them:
+// visible loss, never silent.
+func (w *worker) skip(offset, skipTo int64) {
+	if !w.gp.cursor.Commit(offset, skipTo) {
+		return
+	}
+	w.g.skipped.Add(skipTo - offset)
+	w.committed(skipTo)
+	if obs := w.g.broker.obs; obs != nil {
+		obs.Observe(&Event{Kind: engine.EventSkip, Topic: w.g.topic.name, Group: w.g.name,
+			Partition: w.gp.index, Offset: offset, To: skipTo})
 	}
 }
 
@@ -188,8 +212,7 @@ func (w *worker) deliver(rec *Record) outcome {
 		case errors.Is(err, ErrAbandoned), hardStop.Err() != nil:
 			return interrupted
 		case errors.Is(err, ErrPermanent) || attempt >= g.retry.MaxAttempts:
-			w.park(rec, attempt, err)
-			gp.retryOffset = -1
+			w.park(rec, w.delivery.ID, attempt, err)
 			return parked
 		}
 		if !w.backoff(rec, attempt, err) {
@@ -219,23 +242,24 @@ func (w *worker) call(rec *Record, attempt int) (err error) {
 	return w.m.handler(w.g.broker.handlerCtx, d)
 }
 
-// park puts rec in the group's dead letters after attempt failed with err.
-func (w *worker) park(rec *Record, attempt int, err error) {
+// park puts rec, named id, in the group's dead letters after attempt
+// failed with err, and clears the partition's retry.
+func (w *worker) park(rec *Record, id string, attempt int, err error) {
 	gp, g := w.gp, w.g
 	kept := *rec // the letter outlives the record and its buffers: see reclaimLocked
 	kept.Key, kept.Value = bytes.Clone(rec.Key), bytes.Clone(rec.Value)
 	letter := DeadLetter{
 		Record:    &kept,
-		ID:        w.delivery.ID,
-		Topic:     w.delivery.Topic,
-		Partition: w.delivery.Partition,
+		ID:        id,
+		Topic:     g.topic.name,
+		Partition: gp.index,
 		Group:     g.name,
 		Attempts:  attempt,
 		Err:       err,
 		FailedAt:  g.broker.clock.Now(),
 	}
 	evicted := g.dlq.add(letter)
-	gp.attempts = 0
+	gp.retryOffset, gp.attempts = -1, 0
 	gp.setState(DeadLettered)
 	g.deadLettered.Add(1)
 	if obs := g.broker.obs; obs != nil {
@@ -256,8 +280,8 @@ func (w *worker) backoff(rec *Record, attempt int, err error) bool {
 	gp.setState(RetryScheduled)
 	delay := g.retry.Delay(attempt)
 	if obs := g.broker.obs; obs != nil {
-		obs.Observe(&Event{Kind: engine.EventRetry, Topic: w.delivery.Topic, Group: g.name, Consumer: w.m.name,
-			Partition: gp.index, Offset: rec.Offset, ID: w.delivery.ID, Record: rec, Attempt: attempt, Delay: delay, Err: err})
+		obs.Observe(&Event{Kind: engine.EventRetry, Topic: g.topic.name, Group: g.name, Consumer: w.m.name,
+			Partition: gp.index, Offset: rec.Offset, ID: w.recordID(rec), Record: rec, Attempt: attempt, Delay: delay, Err: err})
 	}
 	t := time.NewTimer(delay)
 	defer t.Stop()
@@ -268,4 +292,24 @@ func (w *worker) backoff(rec *Record, attempt int, err error) bool {
 	case <-g.broker.handlerCtx.Done():
 	}
 	return false
+}
+
+// callOne delivers rec alone, to whichever handler the member has: a
+// batch consumer gets a batch of one.
+func (w *worker) callOne(rec *Record, attempt int) error {
+	if w.m.batch == nil {
+		return w.call(rec, attempt)
+	}
+	w.one[0] = rec
+	defer clear(w.one[:])
+	_, err := outcomeOf(w.callBatch(w.one[:], attempt), 1)
+	return err
+}
+
+// recordID is rec's ID: the publisher's, else its position's.
+func (w *worker) recordID(rec *Record) string {
+	if rec.ID != "" || w.gp.part.ids == nil {
+		return rec.ID
+	}
+	return w.gp.part.ids.id(rec.Offset)
 }

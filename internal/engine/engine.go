@@ -170,6 +170,9 @@ const (
 	Observed
 	// StuckDetection: the engine honours Config.StuckAfter.
 	StuckDetection
+	// Batches: the engine is a BatchSubscriber, and delivers a batch
+	// consumer's records in batches as BatchHandler says.
+	Batches
 )
 
 // RecordIDer is implemented by a Topic that can tell the ID of a record it

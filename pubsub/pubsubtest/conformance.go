@@ -95,21 +95,26 @@ const (
 	// a delivery that runs too long to HookStuck and in the Snapshot.
 	// Checked in virtual time, so it also needs Synctest.
 	StuckDetection Capability = "stuck-detection"
+	// Batches: the engine delivers to Topic.SubscribeBatch consumers (an
+	// engine without it refuses them with pubsub.ErrInvalid), and a batch
+	// holds the records already there when the consumer looks, up to
+	// WithBatchSize.
+	Batches Capability = "batches"
 )
 
 // AllCapabilities returns every Capability, in a new slice. The in-memory
 // engine of pubsub.NewBroker has them all.
 func AllCapabilities() []Capability {
 	return []Capability{Synctest, InjectedClock, CustomIDs, ExactBlock, ReclaimOnCommit, GiveBack, DropOldest, MaxAge, MaxBytes,
-		Snapshots, Observed, Redrive, StuckDetection}
+		Snapshots, Observed, Redrive, StuckDetection, Batches}
 }
 
 // RunConformance checks that e keeps every guarantee of the logbus
 // documentation (the module's doc.go and the pubsub API) through the public
 // API only: per-key ordering, consumer groups, at-least-once delivery,
 // retries and dead letters, retention and backpressure, start positions,
-// seek and replay, pause, Drain, Close, streams, the error contract and
-// typed keys. An engine author calls it from a test:
+// seek and replay, pause, Drain, Close, streams, batch consumers, the
+// error contract and typed keys. An engine author calls it from a test:
 //
 //	func TestConformance(t *testing.T) {
 //		pubsubtest.RunConformance(t, pubsubtest.Engine{
@@ -214,6 +219,7 @@ func conformanceGroups() []confGroup {
 		{"Drain and ErrStalled", drainCases()},
 		{"Close and ShutdownError", closeCases()},
 		{"Streams", streamCases()},
+		{"Batch consumers", batchCases()},
 		{"Errors", errorCases()},
 		{"Typed keys", keyCases()},
 		{"Observability", observeCases()},
