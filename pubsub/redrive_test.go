@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -253,6 +254,63 @@ func TestRedrivenLetterWaitsForAConsumer(t *testing.T) {
 		drain(t, b)
 		if got := second.calls(); len(got) != 1 || got[0].Value != "v" || got[0].Attempt != 1 {
 			t.Errorf("the new consumer got %+v, want the redriven record at attempt 1", got)
+		}
+	})
+}
+
+// A batch consumer takes a redriven letter too, alone, with its ID.
+func TestRedriveToABatchConsumer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		var fixed atomic.Bool
+		var mu sync.Mutex
+		var batches [][]string
+		g, err := topic.SubscribeBatch("billing", "b1", pubsub.BatchHandlerFunc[string](func(_ context.Context, msgs []pubsub.Message[string]) error {
+			mu.Lock()
+			var got []string
+			for _, m := range msgs {
+				got = append(got, fmt.Sprintf("%s#%d", m.Value, m.Attempt))
+			}
+			batches = append(batches, got)
+			mu.Unlock()
+			for i, m := range msgs {
+				if m.Value == "bad" && !fixed.Load() {
+					return &pubsub.BatchError{Index: i, Err: fmt.Errorf("no: %w", pubsub.ErrPermanent)}
+				}
+			}
+			return nil
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Pause(context.Background()); err != nil { // so the three arrive as one batch
+			t.Fatal(err)
+		}
+		for _, v := range []string{"a", "bad", "c"} {
+			mustPublish(t, topic, "k", v)
+		}
+		if err := g.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, b)
+		letters := g.DeadLetters()
+		if len(letters) != 1 || letters[0].Message.Value != "bad" {
+			t.Fatalf("dead letters %v, want bad", letters)
+		}
+		fixed.Store(true)
+		if n, err := g.Redrive(context.Background(), nil); n != 1 || err != nil {
+			t.Fatalf("Redrive: %d, %v; want 1, nil", n, err)
+		}
+		drain(t, b)
+		mu.Lock()
+		defer mu.Unlock()
+		want := [][]string{{"a#1", "bad#1", "c#1"}, {"c#1"}, {"bad#1"}}
+		if !slices.EqualFunc(batches, want, slices.Equal) {
+			t.Errorf("batches %v, want %v", batches, want)
+		}
+		if n := len(g.DeadLetters()); n != 0 || g.Stats().Redriven != 1 {
+			t.Errorf("%d dead letters and %d redriven after the redrive, want 0 and 1", n, g.Stats().Redriven)
 		}
 	})
 }
