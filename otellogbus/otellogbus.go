@@ -218,6 +218,9 @@ func (h *Hooks) OnPublished(ctx context.Context, p *pubsub.PublishInfo, pos pubs
 		attrs = append(attrs, semconv.ErrorTypeKey.String(kind))
 	} else {
 		span.SetAttributes(attrOffset.Int64(pos.Offset))
+		if p.ID != "" {
+			span.SetAttributes(semconv.MessagingMessageID(p.ID))
+		}
 	}
 	span.End()
 	h.sent.Add(ctx, 1, "send", system, attrs...)

@@ -163,8 +163,8 @@ func TestSpansAndMetricsOfPublishAndDelivery(t *testing.T) {
 					t.Errorf("send span %s = %q, want %q", k, a[k], want)
 				}
 			}
-			if a["messaging.destination.partition.id"] == "" || a["logbus.message.offset"] == "" {
-				t.Errorf("send span lacks its partition or offset: %v", a)
+			if a["messaging.destination.partition.id"] == "" || a["logbus.message.offset"] == "" || a["messaging.message.id"] == "" {
+				t.Errorf("send span lacks its partition, offset or message ID: %v", a)
 			}
 			sendBy[a["messaging.destination.partition.id"]+"/"+a["logbus.message.offset"]] = s
 		}
@@ -194,8 +194,8 @@ func TestSpansAndMetricsOfPublishAndDelivery(t *testing.T) {
 					t.Errorf("process span %s = %q, want %q", k, a[k], want)
 				}
 			}
-			if a["messaging.message.id"] == "" {
-				t.Error("process span lacks messaging.message.id")
+			if a["messaging.message.id"] == "" || a["messaging.message.id"] != spanAttrs(send)["messaging.message.id"] {
+				t.Errorf("process span messaging.message.id %q, want its send span's %q", a["messaging.message.id"], spanAttrs(send)["messaging.message.id"])
 			}
 			failed := a["error.type"] != ""
 			if failed != (p.Status().Code == codes.Error) || failed && a["error.type"] != "permanent" {
