@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The JetStream rows: the raw nats.go JetStream client against logbus's
+// JetStream engine, doing the same work, so that what the engine costs on
+// top of the client can be read off one run. Unlike the program's peers
+// (main.go), these are Go benchmarks:
+//
+//	cd bench && go test -run '^$' -bench 'JetStream' -benchtime 20000x -count 5 . | tee js.txt
+//	benchstat -col /impl js.txt
+//
+// The work, for both: an embedded server (file or memory storage) on
+// loopback TCP; one stream per partition; one producer publishing keyed
+// 64-byte records asynchronously (1000 keys, CRC-32 of the key mod the
+// partitions, the key in a header) and waiting for every PubAck; one group
+// of one member on its own connection, a durable consumer per partition
+// with explicit acks, acking after its handler returned. "inflight" is the
+// consumers' MaxAckPending: 1 keeps per-key order under retries and
+// failover (what logbus promises); more does not. "faults" makes one record
+// in that many fail once (a Nak with a 5ms delay), to show what a retry
+// does to order.
+//
+// Metrics: msgs/s from the first publish to the last record handled (ns/op
+// is its inverse); p50-us and p99-us, publish → handler latency of a paced
+// run at half that rate after the timed one (1000 records, outside the
+// timer); reordered/op, the share of deliveries that came after a later
+// record of the same partition had been handled, and key-reordered/op the
+// same per key (1000 keys spread the partitions' records thin, so a key's
+// next record often comes after a retry's delay); redelivered/op, the share
+// of deliveries of a record handled before.
+
+// jsWork is one benchmark's shape.
+type jsWork struct {
+	storage    jetstream.StorageType
+	partitions int
+	inflight   int // MaxAckPending per partition
+	faultEvery int // 0: none; n: records whose seq%n == n-1 fail once
+}
+
+func (w jsWork) String() string {
+	storage := "file"
+	if w.storage == jetstream.MemoryStorage {
+		storage = "memory"
+	}
+	return fmt.Sprintf("storage=%s/partitions=%d/inflight=%d/faults=%d", storage, w.partitions, w.inflight, w.faultEvery)
+}
+
+const (
+	jsKeys       = 1000
+	jsLatencyN   = 1000
+	jsFaultDelay = 5 * time.Millisecond
+	jsTimeout    = 2 * time.Minute
+)
+
+// jsKeyNames and jsKeyHeaders are the keys, made once.
+var jsKeyNames = func() []string {
+	ks := make([]string, jsKeys)
+	for i := range ks {
+		ks[i] = "key-" + strconv.Itoa(i)
+	}
+	return ks
+}()
+
+// jsSink is what every implementation's handler reports to. It checks
+// per-key order and duplicates, counts completions and samples latency. It
+// is safe for concurrent use.
+type jsSink struct {
+	work      jsWork
+	total     int // records that must complete
+	done      chan struct{}
+	count     atomic.Int64
+	seen      []atomic.Bool   // by seq: handled ok once
+	maxSeq    []atomic.Uint64 // by key: 1 + the highest seq handled ok
+	maxPSeq   []atomic.Uint64 // by partition: the same
+	partition []int           // by key: its partition, as logbus routes it
+	// Counted over every delivery.
+	deliveries, reordered, keyReordered, redelivered atomic.Int64
+	mu                                               sync.Mutex
+	lat                                              []time.Duration // guarded by mu
+}
+
+func newJSSink(w jsWork, total int) *jsSink {
+	s := &jsSink{work: w, total: total, done: make(chan struct{}),
+		seen: make([]atomic.Bool, total), maxSeq: make([]atomic.Uint64, jsKeys),
+		maxPSeq: make([]atomic.Uint64, w.partitions), partition: make([]int, jsKeys)}
+	for k, name := range jsKeyNames {
+		s.partition[k] = jsPartition(name, w.partitions)
+	}
+	return s
+}
+
+// jsPartition is logbus's KeyHash: CRC-32 (IEEE) of the key mod the
+// partitions.
+func jsPartition(key string, partitions int) int {
+	return int(crc32.ChecksumIEEE([]byte(key)) % uint32(partitions))
+}
+
+// raise records seq as handled in *max (1 + the highest seq) and reports
+// whether a later seq had been handled before it.
+func raise(max *atomic.Uint64, seq uint64) (late bool) {
+	for {
+		m := max.Load()
+		if m >= seq+1 {
+			return m > seq+1
+		}
+		if max.CompareAndSwap(m, seq+1) {
+			return false
+		}
+	}
+}
+
+// handle is the handler's body: payload is the record's value, attempt its
+// delivery count. It returns an error for an injected fault.
+func (s *jsSink) handle(payload []byte, attempt int) error {
+	s.deliveries.Add(1)
+	stamp := int64(binary.LittleEndian.Uint64(payload[0:8]))
+	seq := binary.LittleEndian.Uint64(payload[8:16])
+	if n := s.work.faultEvery; n > 0 && seq%uint64(n) == uint64(n-1) && attempt == 1 {
+		return errInjected
+	}
+	key := seq % jsKeys
+	if raise(&s.maxSeq[key], seq) {
+		s.keyReordered.Add(1)
+	}
+	if raise(&s.maxPSeq[s.partition[key]], seq) {
+		s.reordered.Add(1)
+	}
+	if s.seen[seq].Swap(true) {
+		s.redelivered.Add(1)
+		return nil
+	}
+	if stamp != 0 {
+		d := time.Duration(time.Now().UnixNano() - stamp)
+		s.mu.Lock()
+		s.lat = append(s.lat, d)
+		s.mu.Unlock()
+	}
+	if s.count.Add(1) == int64(s.total) {
+		close(s.done)
+	}
+	return nil
+}
+
+var errInjected = fmt.Errorf("injected fault")
+
+func (s *jsSink) wait() error {
+	select {
+	case <-s.done:
+		return nil
+	case <-time.After(jsTimeout):
+		return fmt.Errorf("%d of %d records handled after %v", s.count.Load(), s.total, jsTimeout)
+	}
+}
+
+// jsRecord fills a fresh payload for record seq: the send time (0 when not
+// stamped) and seq.
+func jsRecord(seq uint64, stamp bool) (key string, payload []byte) {
+	payload = make([]byte, payloadSize)
+	fillPayload(payload, seq, stamp)
+	return jsKeyNames[seq%jsKeys], payload
+}
+
+// jsImpl is one way of doing the work: start sets up the server side and
+// the consumer, reporting every delivery to sink, and returns how to
+// publish one record and how to wait for every publish to be stored.
+type jsImpl func(b *testing.B, w jsWork, sink *jsSink) (publish func(key string, payload []byte) error, flush func() error)
+
+// runJS is the benchmark body shared by every implementation: b.N
+// records, timed from the first publish to the last handled, then a paced
+// latency run of jsLatencyN more.
+func runJS(b *testing.B, w jsWork, impl jsImpl) {
+	lat := min(jsLatencyN, b.N)
+	sink := newJSSink(w, b.N+lat)
+	publish, flush := impl(b, w, sink)
+
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		key, payload := jsRecord(uint64(i), false)
+		if err := publish(key, payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := flush(); err != nil {
+		b.Fatal(err)
+	}
+	// Completion of the first b.N: the sink counts them all, and the
+	// latency run's records are not published yet.
+	for sink.count.Load() < int64(b.N) {
+		select {
+		case <-sink.done:
+		case <-time.After(time.Millisecond):
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	rate := float64(b.N) / elapsed.Seconds()
+
+	// Paced at half the rate just measured, sleeping until each record is
+	// due: spinning would take a core from the consumer.
+	interval := time.Duration(float64(time.Second) / (rate / 2))
+	paceStart := time.Now()
+	for i := range lat {
+		if d := time.Until(paceStart.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		key, payload := jsRecord(uint64(b.N+i), true)
+		if err := publish(key, payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := flush(); err != nil {
+		b.Fatal(err)
+	}
+	if err := sink.wait(); err != nil {
+		b.Fatal(err)
+	}
+
+	b.ReportMetric(rate, "msgs/s")
+	sink.mu.Lock()
+	slices.Sort(sink.lat)
+	if n := len(sink.lat); n > 0 {
+		b.ReportMetric(float64(sink.lat[n/2].Microseconds()), "p50-us")
+		b.ReportMetric(float64(sink.lat[(n*99)/100].Microseconds()), "p99-us")
+	}
+	sink.mu.Unlock()
+	deliveries := float64(sink.deliveries.Load())
+	b.ReportMetric(float64(sink.reordered.Load())/deliveries, "reordered/op")
+	b.ReportMetric(float64(sink.keyReordered.Load())/deliveries, "key-reordered/op")
+	b.ReportMetric(float64(sink.redelivered.Load())/deliveries, "redelivered/op")
+}
+
+// jsWorks is the matrix: 1 and 4 partitions, file and memory storage, one
+// record in flight per partition; then, on 4 partitions with file storage,
+// 1000 in flight, and both with a fault in every 1000 records.
+func jsWorks() []jsWork {
+	var ws []jsWork
+	for _, st := range []jetstream.StorageType{jetstream.FileStorage, jetstream.MemoryStorage} {
+		for _, p := range []int{1, 4} {
+			ws = append(ws, jsWork{storage: st, partitions: p, inflight: 1})
+		}
+	}
+	return append(ws,
+		jsWork{storage: jetstream.FileStorage, partitions: 4, inflight: 1000},
+		jsWork{storage: jetstream.FileStorage, partitions: 4, inflight: 1, faultEvery: 1000},
+		jsWork{storage: jetstream.FileStorage, partitions: 4, inflight: 1000, faultEvery: 1000},
+	)
+}
+
+func BenchmarkJetStream(b *testing.B) {
+	for _, w := range jsWorks() {
+		b.Run("impl=raw/"+w.String(), func(b *testing.B) { runJS(b, w, rawJS) })
+	}
+}
+
+// rawJS is the raw nats.go JetStream client: stream bench_p<i> on subject
+// bench.<i>, durable consumer g_p<i>, consumed with Consume; msg.Ack after
+// the handler, NakWithDelay on a fault.
+func rawJS(b *testing.B, w jsWork, sink *jsSink) (func(string, []byte) error, func() error) {
+	env, err := startNATS(true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ccs []jetstream.ConsumeContext
+	b.Cleanup(func() {
+		for _, cc := range ccs {
+			cc.Stop()
+			<-cc.Closed()
+		}
+		env.close()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	pubConn, err := env.connect()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var pubErrs atomic.Int64
+	js, err := jetstream.New(pubConn, jetstream.WithPublishAsyncMaxPending(4096),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { pubErrs.Add(1) }))
+	if err != nil {
+		b.Fatal(err)
+	}
+	subConn, err := env.connect()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cjs, err := jetstream.New(subConn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for p := range w.partitions {
+		stream, err := js.CreateStream(ctx, jetstream.StreamConfig{
+			Name: "bench_p" + strconv.Itoa(p), Subjects: []string{subject(p)}, Storage: w.storage})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable: "g_p" + strconv.Itoa(p), AckPolicy: jetstream.AckExplicitPolicy,
+			DeliverPolicy: jetstream.DeliverAllPolicy, MaxAckPending: w.inflight, AckWait: 30 * time.Second,
+		}); err != nil {
+			b.Fatal(err)
+		}
+		cons, err := cjs.Consumer(ctx, "bench_p"+strconv.Itoa(p), "g_p"+strconv.Itoa(p))
+		if err != nil {
+			b.Fatal(err)
+		}
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			attempt := 1
+			if w.faultEvery > 0 {
+				md, err := m.Metadata()
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				attempt = int(md.NumDelivered)
+			}
+			if err := sink.handle(m.Data(), attempt); err != nil {
+				m.NakWithDelay(jsFaultDelay)
+				return
+			}
+			m.Ack()
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ccs = append(ccs, cc)
+	}
+	publish := func(key string, payload []byte) error {
+		p := jsPartition(key, w.partitions)
+		msg := &nats.Msg{Subject: subject(p), Data: payload, Header: nats.Header{"Lb-Key": []string{key}}}
+		_, err := js.PublishMsgAsync(msg)
+		return err
+	}
+	flush := func() error {
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-time.After(jsTimeout):
+			return fmt.Errorf("PubAcks still pending after %v", jsTimeout)
+		}
+		if n := pubErrs.Load(); n > 0 {
+			return fmt.Errorf("%d async publishes failed", n)
+		}
+		return nil
+	}
+	return publish, flush
+}
