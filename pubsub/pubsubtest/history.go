@@ -154,9 +154,11 @@ func (h *History) Repositioned(group, topic string, partitions ...int) {
 }
 
 // Crashed records that consumer died (its connection was cut, its process
-// killed): from here, its deliveries still in flight are abandoned, so
-// another consumer may start their partitions and what they return no
-// longer counts as completed. Call it once the consumer can no longer ack.
+// killed): from here, its deliveries are abandoned, those in flight and
+// any it still starts (a record fetched before the crash), so another
+// consumer may start their partitions and what they return does not count
+// as completed. It applies to the consumer of that name in every group.
+// Call it once the consumer can no longer ack.
 func (h *History) Crashed(consumer string) {
 	h.add(Event{Kind: Crash, Consumer: consumer})
 }
@@ -328,6 +330,7 @@ func check(events []Event, observed map[string][]string) Report {
 	lastStart := map[groupRecord]Event{} // the latest start of each record, per group
 	completed := map[groupRecord]bool{}  // ever, in any epoch
 	abandoned := map[int]bool{}          // Start Seqs whose consumer crashed in flight
+	crashed := map[string]bool{}         // consumers that crashed
 	keyPartition := map[[2]string]int{}  // (topic, key) -> partition
 	complete := func(group string, rec recordID) {
 		completed[groupRecord{group, rec}] = true
@@ -365,6 +368,7 @@ func check(events []Event, observed map[string][]string) Report {
 			}
 
 		case Crash:
+			crashed[e.Consumer] = true
 			for _, s := range parts {
 				for seq, d := range s.open {
 					if d.Consumer == e.Consumer {
@@ -385,6 +389,13 @@ func check(events []Event, observed map[string][]string) Report {
 			s := state(id)
 			if e.Attempt < 1 {
 				violate("%v: attempt below 1", e)
+			}
+			if crashed[e.Consumer] {
+				// A dead consumer's late start (of a record it had
+				// fetched): nothing it does counts, and it holds nothing.
+				abandoned[e.Seq] = true
+				lastStart[groupRecord{e.Group, rec}] = e
+				continue
 			}
 			for _, d := range s.open {
 				violate("%v: partition already in flight in the group (%v)", e, d)

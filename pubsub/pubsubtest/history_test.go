@@ -248,6 +248,19 @@ func TestHistoryCheck(t *testing.T) {
 			release(nil) // late: its ack cannot count
 			s.deliver("g", "c2", 0, 1, "", 1, nil)
 		}, ""},
+		{"a crashed consumer's late start holds nothing and completes nothing", func(s script) {
+			s.publish(0, 0, 1)
+			s.deliver("g", "c1", 0, 0, "", 1, nil)
+			s.h.Crashed("c1")
+			release := s.hold("g", "c1", 0, 1, 1)
+			s.deliver("g", "c2", 0, 1, "", 2, nil)
+			release(nil)
+		}, ""},
+		{"a crashed consumer's late start alone completes nothing", func(s script) {
+			s.publish(0, 0)
+			s.h.Crashed("c1")
+			s.deliver("g", "c1", 0, 0, "", 1, nil)
+		}, "group g never completed t/0@0"},
 		{"a crashed consumer's late success completes nothing", func(s script) {
 			s.publish(0, 0)
 			release := s.hold("g", "c1", 0, 0, 1)
