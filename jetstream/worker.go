@@ -1,0 +1,430 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/logbus/logbus/internal/engine"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// phase is what a partition's worker is doing.
+type phase int8
+
+const (
+	parked   phase = iota // waiting at the gate, or between pulls
+	fetching              // a pull is open on the server
+	holding               // it holds a fetched record it may not deliver yet
+	busy                  // a handler runs
+)
+
+// slot is one partition of a group in this broker. It outlives workers:
+// a pause or a reposition holds the slot whichever member's worker runs
+// it.
+type slot struct {
+	p int
+
+	mu      sync.Mutex
+	holds   int           // Pause and repositions under way: no delivery may start
+	epoch   uint64        // bumped by every reset of the consumer: a record fetched before is dropped
+	phase   phase         // of the current worker
+	revoked chan struct{} // closed when a hold begins or the worker must stop; the Delivery's Revoked
+	changed chan struct{} // closed and replaced on every change of the above
+
+	worker *worker // guarded by the group's mu
+}
+
+func newSlot(p int) *slot {
+	return &slot{p: p, revoked: make(chan struct{}), changed: make(chan struct{})}
+}
+
+// signal wakes whoever waits on the slot. s.mu must be held.
+func (s *slot) signal() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// revoke closes the current Revoked channel once. s.mu must be held.
+func (s *slot) revoke() {
+	select {
+	case <-s.revoked:
+	default:
+		close(s.revoked)
+	}
+}
+
+func (s *slot) hold() {
+	s.mu.Lock()
+	s.holds++
+	s.revoke()
+	s.signal()
+	s.mu.Unlock()
+}
+
+func (s *slot) unhold() {
+	s.mu.Lock()
+	s.holds--
+	s.signal()
+	s.mu.Unlock()
+}
+
+func (s *slot) bumpEpoch() {
+	s.mu.Lock()
+	s.epoch++
+	s.signal()
+	s.mu.Unlock()
+}
+
+func (s *slot) setPhase(ph phase) {
+	s.mu.Lock()
+	s.phase = ph
+	s.signal()
+	s.mu.Unlock()
+}
+
+func (s *slot) busyNow() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.phase == busy
+}
+
+// waitIdle waits until no handler runs on the slot and, with
+// notFetching, no pull is open either, or until ctx ends.
+func (s *slot) waitIdle(ctx context.Context, notFetching bool) error {
+	s.mu.Lock()
+	for s.phase == busy || notFetching && s.phase == fetching {
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		s.mu.Lock()
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// worker delivers one partition of a group to one local member, one
+// record at a time, until it is told to stop.
+type worker struct {
+	g    *group
+	s    *slot
+	m    *member
+	once sync.Once
+	stop chan struct{} // closed by signalStop
+	done chan struct{} // closed when run returns
+}
+
+func newWorker(g *group, s *slot, m *member) *worker {
+	s.mu.Lock()
+	if s.holds == 0 { // a fresh Revoked for the new owner
+		select {
+		case <-s.revoked:
+			s.revoked = make(chan struct{})
+		default:
+		}
+	}
+	s.mu.Unlock()
+	return &worker{g: g, s: s, m: m, stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// signalStop tells the worker to stop after its delivery in flight.
+func (w *worker) signalStop() {
+	w.once.Do(func() {
+		close(w.stop)
+		w.s.mu.Lock()
+		w.s.revoke()
+		w.s.signal()
+		w.s.mu.Unlock()
+	})
+}
+
+func (w *worker) stopping() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// crashed reports a worker whose connection is gone: it cannot unpin.
+func (w *worker) crashed() bool { return w.g.e.nc != nil && w.g.e.nc.IsClosed() }
+
+// run is the worker's goroutine: gate, pull one record, hold it while the
+// slot is held, deliver it, settle it; again until stopped.
+func (w *worker) run() {
+	defer func() {
+		w.s.setPhase(parked)
+		close(w.done)
+		w.g.exited(w)
+	}()
+	s := w.s
+	for {
+		s.mu.Lock()
+		for s.holds > 0 && !w.stopping() {
+			s.phase = parked
+			s.signal()
+			ch := s.changed
+			s.mu.Unlock()
+			select {
+			case <-ch:
+			case <-w.stop:
+			}
+			s.mu.Lock()
+		}
+		if w.stopping() {
+			s.mu.Unlock()
+			return
+		}
+		s.phase = fetching
+		s.signal()
+		epoch := s.epoch
+		s.mu.Unlock()
+
+		msg, err := w.fetch()
+		if msg == nil {
+			s.setPhase(parked)
+			if err != nil && !w.pause(w.g.e.cfg.pollWait) {
+				return
+			}
+			continue
+		}
+		revoked, ok := w.await(msg, epoch)
+		if !ok {
+			continue
+		}
+		w.deliver(msg, revoked)
+		s.mu.Lock()
+		s.phase = parked
+		if s.holds == 0 && !w.stopping() {
+			select { // the delivery's revocation is spent: a fresh one for the next
+			case <-s.revoked:
+				s.revoked = make(chan struct{})
+			default:
+			}
+		}
+		s.signal()
+		s.mu.Unlock()
+	}
+}
+
+// pause waits d, or less when stopped; false when stopped.
+func (w *worker) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.stop:
+		return false
+	}
+}
+
+// fetch pulls the partition's next record, waiting up to the poll wait.
+// The pull is never cut short: a record the server sent to a pull that
+// was abandoned would count as delivered and come back only after
+// AckWait.
+func (w *worker) fetch() (natsjs.Msg, error) {
+	batch, err := w.g.consumers[w.s.p].Fetch(1, natsjs.FetchMaxWait(w.g.e.cfg.pollWait),
+		natsjs.FetchPriorityGroup(priorityGroup))
+	if err != nil {
+		return nil, err
+	}
+	var msg natsjs.Msg
+	for m := range batch.Messages() {
+		msg = m
+	}
+	if msg != nil {
+		return msg, nil
+	}
+	return nil, batch.Error()
+}
+
+// await holds msg while the slot is held (a pause, a reposition), keeping
+// it alive on the server. It returns the delivery's Revoked channel and
+// true when msg may be delivered; false when a reset made it moot, or the
+// worker stopped while holding it (then it is given back).
+func (w *worker) await(msg natsjs.Msg, epoch uint64) (<-chan struct{}, bool) {
+	s := w.s
+	var keep *time.Ticker
+	defer func() {
+		if keep != nil {
+			keep.Stop()
+		}
+	}()
+	s.mu.Lock()
+	for {
+		switch {
+		case s.epoch != epoch:
+			s.phase = parked
+			s.signal()
+			s.mu.Unlock()
+			return nil, false
+		case s.holds == 0:
+			s.phase = busy
+			s.signal()
+			revoked := s.revoked
+			s.mu.Unlock()
+			return revoked, true
+		case w.stopping():
+			s.phase = parked
+			s.signal()
+			s.mu.Unlock()
+			_ = msg.Nak()
+			return nil, false
+		}
+		s.phase = holding
+		s.signal()
+		ch := s.changed
+		s.mu.Unlock()
+		if keep == nil {
+			keep = time.NewTicker(w.g.e.cfg.ackWait / 3)
+		}
+		select {
+		case <-ch:
+		case <-w.stop:
+		case <-keep.C:
+			_ = msg.InProgress()
+		}
+		s.mu.Lock()
+	}
+}
+
+// deliver runs the handler on msg, keeping it alive on the server while
+// it runs, and settles the outcome.
+func (w *worker) deliver(msg natsjs.Msg, revoked <-chan struct{}) {
+	g := w.g
+	md, err := msg.Metadata()
+	if err != nil {
+		_ = msg.Nak()
+		return
+	}
+	seq := md.Sequence.Stream
+	id := g.t.streams[w.s.p].CachedInfo().Config.Name + "-" + strconv.FormatUint(seq, 10)
+	rec, derr := decodeRecord(msg.Headers(), msg.Data(), seq, md.Timestamp)
+	if derr != nil {
+		rec = &engine.Record{Offset: int64(seq) - 1, Value: msg.Data(), Created: md.Timestamp}
+	}
+	d := &engine.Delivery{Topic: g.t.name, Partition: w.s.p, ID: id, Record: rec,
+		Attempt: int(md.NumDelivered), Revoked: revoked}
+
+	stopKeep := make(chan struct{})
+	kept := make(chan struct{})
+	go func() { // exits when the handler has returned (stopKeep closes)
+		defer close(kept)
+		t := time.NewTicker(g.e.cfg.ackWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopKeep:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	var herr error
+	if derr != nil {
+		herr = fmt.Errorf("%w: %v", engine.ErrPermanent, derr)
+	} else {
+		herr = w.call(d)
+	}
+	close(stopKeep)
+	<-kept
+	if g.e.handlerCtx.Err() != nil {
+		return // Close gave up on this delivery: nothing is committed
+	}
+	w.settle(msg, d, herr)
+}
+
+// call runs the member's handler, turning a panic into a *PanicError.
+func (w *worker) call(d *engine.Delivery) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &engine.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return w.m.h(w.g.e.handlerCtx, d)
+}
+
+// settle tells the server the outcome: an ack, a retry after the
+// policy's backoff (NakWithDelay: the consumer's own BackOff does not
+// apply to naks), a give-back, or a dead letter then a Term.
+func (w *worker) settle(msg natsjs.Msg, d *engine.Delivery, herr error) {
+	g := w.g
+	ctx, cancel := g.e.ctx()
+	defer cancel()
+	switch {
+	case herr == nil:
+		if err := msg.DoubleAck(ctx); err == nil {
+			g.delivered.Add(1)
+		}
+		g.e.committed()
+	case errors.Is(herr, engine.ErrAbandoned):
+		_ = msg.Nak()
+	case errors.Is(herr, engine.ErrPermanent) || d.Attempt >= g.spec.Retry.MaxAttempts:
+		if err := g.deadLetter(ctx, msg, d, herr); err != nil {
+			_ = msg.NakWithDelay(g.spec.Retry.Delay(d.Attempt))
+			return
+		}
+		g.deadLettered.Add(1)
+		g.e.committed()
+	default:
+		g.retried.Add(1)
+		_ = msg.NakWithDelay(g.spec.Retry.Delay(d.Attempt))
+	}
+}
+
+// The headers of a dead letter, besides the record's own (hdrKey,
+// hdrHeaders).
+const (
+	hdrID        = "Lb-Id"
+	hdrPartition = "Lb-Partition"
+	hdrOffset    = "Lb-Offset"
+	hdrCreated   = "Lb-Created"
+	hdrAttempts  = "Lb-Attempts"
+	hdrError     = "Lb-Error"
+	hdrErrorKind = "Lb-Error-Kind"
+	hdrFailedAt  = "Lb-Failed-At"
+)
+
+// deadLetter stores the record in the group's dead-letter stream, then
+// terminates its delivery so the partition moves on. The letter's message
+// ID is the record's stream sequence and the delivery's consumer
+// sequence, so a retried publish of the same letter is stored once.
+func (g *group) deadLetter(ctx context.Context, msg natsjs.Msg, d *engine.Delivery, herr error) error {
+	md, _ := msg.Metadata()
+	dl := nats.NewMsg(g.e.names.dlqSubject(g.t.name, g.name))
+	dl.Data = msg.Data()
+	for _, h := range []string{hdrKey, hdrHeaders} {
+		if v, ok := msg.Headers()[h]; ok {
+			dl.Header[h] = v
+		}
+	}
+	now := time.Now()
+	dl.Header.Set(hdrID, d.ID)
+	dl.Header.Set(hdrPartition, strconv.Itoa(d.Partition))
+	dl.Header.Set(hdrOffset, strconv.FormatInt(d.Record.Offset, 10))
+	dl.Header.Set(hdrCreated, d.Record.Created.Format(time.RFC3339Nano))
+	dl.Header.Set(hdrAttempts, strconv.Itoa(d.Attempt))
+	dl.Header.Set(hdrError, oneLine(herr.Error()))
+	dl.Header.Set(hdrErrorKind, errorKind(herr))
+	dl.Header.Set(hdrFailedAt, now.Format(time.RFC3339Nano))
+	letterID := d.ID + "-" + strconv.FormatUint(md.Sequence.Consumer, 10)
+	g.mu.Lock()
+	g.letters[letterID] = herr
+	g.mu.Unlock()
+	if _, err := g.e.js.PublishMsg(ctx, dl, natsjs.WithMsgID(letterID)); err != nil {
+		return err
+	}
+	return msg.TermWithReason("logbus: dead-lettered")
+}
