@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/logbus/logbus/codec"
+	ljs "github.com/logbus/logbus/jetstream"
+	"github.com/logbus/logbus/pubsub"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -223,6 +226,10 @@ func runJS(b *testing.B, w jsWork, impl jsImpl) {
 		if err := publish(key, payload); err != nil {
 			b.Fatal(err)
 		}
+		// Each record goes at once: a batch would wait for the next.
+		if err := flush(); err != nil {
+			b.Fatal(err)
+		}
 	}
 	if err := flush(); err != nil {
 		b.Fatal(err)
@@ -265,6 +272,111 @@ func jsWorks() []jsWork {
 func BenchmarkJetStream(b *testing.B) {
 	for _, w := range jsWorks() {
 		b.Run("impl=raw/"+w.String(), func(b *testing.B) { runJS(b, w, rawJS) })
+		if w.inflight != 1 {
+			continue // the engine keeps one record in flight per partition
+		}
+		b.Run("impl=logbus/"+w.String(), func(b *testing.B) { runJS(b, w, logbusJS(1)) })
+		b.Run("impl=logbus-batch/"+w.String(), func(b *testing.B) { runJS(b, w, logbusJS(jsBatch)) })
+	}
+}
+
+// jsBatch is how many records the logbus-batch rows give PublishBatch at
+// once, as the program's -batch peers do.
+const jsBatch = 64
+
+// logbusJS is logbus on its JetStream engine (module
+// github.com/logbus/logbus/jetstream): a publishing broker and a consuming
+// broker, each on a connection of its own, a topic of w.partitions
+// partitions (codec.String keys, codec.RawBytes values, retention far
+// beyond the run so Block never waits), and a group of one consumer whose
+// handler returns the sink's error; a retry waits 5ms, as the raw
+// client's Nak does. With batch 1 it publishes with Publish, which waits
+// for each record's PubAck; otherwise with PublishBatch, batch records at
+// a time, whose PubAcks are awaited together.
+func logbusJS(batch int) jsImpl {
+	return func(b *testing.B, w jsWork, sink *jsSink) (func(string, []byte) error, func() error) {
+		env, err := startNATS(true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		storage := ljs.FileStorage
+		if w.storage == jetstream.MemoryStorage {
+			storage = ljs.MemoryStorage
+		}
+		var brokers []*pubsub.Broker
+		b.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for _, br := range brokers {
+				if err := br.Close(ctx); err != nil {
+					b.Error(err)
+				}
+			}
+			env.close()
+		})
+		open := func() *pubsub.Topic[string, []byte] {
+			nc, err := env.connect()
+			if err != nil {
+				b.Fatal(err)
+			}
+			eng, err := ljs.Connect(nc, ljs.WithStorage(storage))
+			if err != nil {
+				b.Fatal(err)
+			}
+			br := pubsub.NewBroker(pubsub.WithEngine(eng))
+			if err := br.Err(); err != nil {
+				b.Fatal(err)
+			}
+			brokers = append(brokers, br)
+			t, err := pubsub.NewTopic(br, "bench", codec.String(), codec.RawBytes(), pubsub.WithPartitions(w.partitions),
+				pubsub.WithRetention(pubsub.Retention{MaxMessages: 1 << 20}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return t
+		}
+		pub, sub := open(), open()
+		g, err := sub.Subscribe("g", "m1", pubsub.HandlerFunc[[]byte](func(_ context.Context, msg pubsub.Message[[]byte]) error {
+			return sink.handle(msg.Value, msg.Attempt)
+		}), pubsub.WithGroupRetry(pubsub.RetryPolicy{MaxAttempts: 3, BaseDelay: jsFaultDelay, Multiplier: 1, MaxDelay: jsFaultDelay}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		// The group's member must own every partition before the clock
+		// starts: membership is the engine's, decided in a heartbeat.
+		deadline := time.Now().Add(30 * time.Second)
+		for len(g.Assignment()["m1"]) != w.partitions {
+			if time.Now().After(deadline) {
+				b.Fatalf("the consumer owns %v after 30s", g.Assignment())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+
+		ctx := context.Background()
+		if batch == 1 {
+			publish := func(key string, payload []byte) error {
+				_, err := pub.Publish(ctx, key, payload)
+				return err
+			}
+			return publish, func() error { return nil }
+		}
+		entries := make([]pubsub.Entry[string, []byte], 0, batch)
+		flush := func() error {
+			if len(entries) == 0 {
+				return nil
+			}
+			_, err := pub.PublishBatch(ctx, entries)
+			entries = entries[:0]
+			return err
+		}
+		publish := func(key string, payload []byte) error {
+			entries = append(entries, pubsub.Entry[string, []byte]{Key: key, Value: payload})
+			if len(entries) == batch {
+				return flush()
+			}
+			return nil
+		}
+		return publish, flush
 	}
 }
 
