@@ -133,7 +133,9 @@ func (h *History) add(e Event) int {
 
 // Published records that positions of topic were published: pass what
 // Publish or PublishBatch returned. Check demands that every group observed
-// on topic completes each of them.
+// on topic completes each of them, so record only what every such group
+// must see (with StartAt, what comes after its start). A record may be
+// delivered before Published names it: Check reads the whole log.
 func (h *History) Published(topic string, positions ...pubsub.Position) {
 	for _, p := range positions {
 		h.add(Event{Kind: Publish, Topic: topic, Partition: p.Partition, Offset: p.Offset})
