@@ -454,10 +454,13 @@ func rawJS(b *testing.B, w jsWork, sink *jsSink) (func(string, []byte) error, fu
 		}
 		ccs = append(ccs, cc)
 	}
+	// With 4096 PubAcks outstanding, a publish waits for room, by default
+	// for 200ms only, then fails: too short on a loaded two-core machine.
+	stall := jetstream.WithStallWait(jsTimeout)
 	publish := func(key string, payload []byte) error {
 		p := jsPartition(key, w.partitions)
 		msg := &nats.Msg{Subject: subject(p), Data: payload, Header: nats.Header{"Lb-Key": []string{key}}}
-		_, err := js.PublishMsgAsync(msg)
+		_, err := js.PublishMsgAsync(msg, stall)
 		return err
 	}
 	flush := func() error {
