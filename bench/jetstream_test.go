@@ -271,9 +271,14 @@ func jsWorks() []jsWork {
 
 func BenchmarkJetStream(b *testing.B) {
 	for _, w := range jsWorks() {
-		b.Run("impl=raw/"+w.String(), func(b *testing.B) { runJS(b, w, rawJS) })
+		b.Run("impl=raw/"+w.String(), func(b *testing.B) { runJS(b, w, rawJS(rawMode{})) })
 		if w.inflight != 1 {
 			continue // the engine keeps one record in flight per partition
+		}
+		if w.faultEvery == 0 && w.storage == jetstream.FileStorage {
+			for _, m := range []rawMode{{doubleAck: true}, {fetch: true}, {fetch: true, doubleAck: true}} {
+				b.Run("impl="+m.String()+"/"+w.String(), func(b *testing.B) { runJS(b, w, rawJS(m)) })
+			}
 		}
 		b.Run("impl=logbus/"+w.String(), func(b *testing.B) { runJS(b, w, logbusJS(1)) })
 		b.Run("impl=logbus-batch/"+w.String(), func(b *testing.B) { runJS(b, w, logbusJS(jsBatch)) })
@@ -380,20 +385,50 @@ func logbusJS(batch int) jsImpl {
 	}
 }
 
+// rawMode is how the raw client consumes and acks. The first is the
+// baseline; the others take, one at a time, the steps the engine takes, to
+// show what each costs.
+type rawMode struct {
+	fetch     bool // Fetch(1) per record in a loop, instead of Consume
+	doubleAck bool // DoubleAck (waits for the server's reply), instead of Ack
+}
+
+func (m rawMode) String() string {
+	s := "raw"
+	if m.fetch {
+		s += "-fetch1"
+	}
+	if m.doubleAck {
+		s += "-doubleack"
+	}
+	return s
+}
+
 // rawJS is the raw nats.go JetStream client: stream bench_p<i> on subject
-// bench.<i>, durable consumer g_p<i>, consumed with Consume; msg.Ack after
-// the handler, NakWithDelay on a fault.
-func rawJS(b *testing.B, w jsWork, sink *jsSink) (func(string, []byte) error, func() error) {
+// bench.<i>, durable consumer g_p<i>, consumed with Consume (or a loop of
+// Fetch(1)); msg.Ack (or DoubleAck) after the handler, NakWithDelay on a
+// fault.
+func rawJS(mode rawMode) jsImpl {
+	return func(b *testing.B, w jsWork, sink *jsSink) (func(string, []byte) error, func() error) {
+		return rawJSRun(b, w, sink, mode)
+	}
+}
+
+func rawJSRun(b *testing.B, w jsWork, sink *jsSink, mode rawMode) (func(string, []byte) error, func() error) {
 	env, err := startNATS(true)
 	if err != nil {
 		b.Fatal(err)
 	}
 	var ccs []jetstream.ConsumeContext
+	stop := make(chan struct{})
+	var fetchers sync.WaitGroup
 	b.Cleanup(func() {
 		for _, cc := range ccs {
 			cc.Stop()
 			<-cc.Closed()
 		}
+		close(stop)
+		fetchers.Wait()
 		env.close()
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -417,6 +452,26 @@ func rawJS(b *testing.B, w jsWork, sink *jsSink) (func(string, []byte) error, fu
 	if err != nil {
 		b.Fatal(err)
 	}
+	handle := func(m jetstream.Msg) {
+		attempt := 1
+		if w.faultEvery > 0 {
+			md, err := m.Metadata()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			attempt = int(md.NumDelivered)
+		}
+		if err := sink.handle(m.Data(), attempt); err != nil {
+			m.NakWithDelay(jsFaultDelay)
+			return
+		}
+		if mode.doubleAck {
+			m.DoubleAck(context.Background())
+		} else {
+			m.Ack()
+		}
+	}
 	for p := range w.partitions {
 		stream, err := js.CreateStream(ctx, jetstream.StreamConfig{
 			Name: "bench_p" + strconv.Itoa(p), Subjects: []string{subject(p)}, Storage: w.storage})
@@ -433,22 +488,28 @@ func rawJS(b *testing.B, w jsWork, sink *jsSink) (func(string, []byte) error, fu
 		if err != nil {
 			b.Fatal(err)
 		}
-		cc, err := cons.Consume(func(m jetstream.Msg) {
-			attempt := 1
-			if w.faultEvery > 0 {
-				md, err := m.Metadata()
-				if err != nil {
-					b.Error(err)
-					return
+		if mode.fetch {
+			fetchers.Add(1)
+			go func() { // exits at cleanup, within one FetchMaxWait
+				defer fetchers.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					batch, err := cons.Fetch(1, jetstream.FetchMaxWait(250*time.Millisecond))
+					if err != nil {
+						continue
+					}
+					for m := range batch.Messages() {
+						handle(m)
+					}
 				}
-				attempt = int(md.NumDelivered)
-			}
-			if err := sink.handle(m.Data(), attempt); err != nil {
-				m.NakWithDelay(jsFaultDelay)
-				return
-			}
-			m.Ack()
-		})
+			}()
+			continue
+		}
+		cc, err := cons.Consume(handle)
 		if err != nil {
 			b.Fatal(err)
 		}
