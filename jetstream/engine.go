@@ -37,7 +37,7 @@ func Connect(nc *nats.Conn, opts ...Option) (pubsub.Engine, error) {
 // opener is a pubsub.Engine: it opens one engine per broker.
 type opener struct {
 	cfg  []Option
-	js   natsjs.JetStream            // shared, not owned; nil when dial is set
+	js   natsjs.JetStream           // shared, not owned; nil when dial is set
 	dial func() (*nats.Conn, error) // a connection per broker, owned by it
 }
 
@@ -84,6 +84,15 @@ func (o *opener) Open(ecfg engine.Config) (engine.Engine, error) {
 		}
 		return nil, fmt.Errorf("jetstream: membership bucket: %w", err)
 	}
+	e.deals, err = js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{
+		Bucket: e.names.bucket() + "_deals", Storage: natsjs.MemoryStorage, History: 1,
+	})
+	if err != nil {
+		if e.nc != nil {
+			e.nc.Close()
+		}
+		return nil, fmt.Errorf("jetstream: assignment bucket: %w", err)
+	}
 	return e, nil
 }
 
@@ -92,10 +101,11 @@ type eng struct {
 	cfg      config
 	names    names
 	retry    engine.RetryPolicy
-	instance string // this engine's random ID, the value of its membership keys
+	instance string     // this engine's random ID, the value of its membership keys
 	nc       *nats.Conn // owned; nil when the connection is the caller's
 	js       natsjs.JetStream
-	kv       natsjs.KeyValue
+	kv       natsjs.KeyValue // membership: a key per member, with TTL
+	deals    natsjs.KeyValue // assignments: a key per group
 
 	// handlerCtx is every handler's context; Close cancels it when it
 	// gives up on draining.
@@ -347,6 +357,19 @@ func (e *eng) close(ctx context.Context) error {
 		g.leaveAll(rctx)
 	}
 	cancel()
+	for _, g := range groups {
+		g.takeSnap()
+	}
+	e.mu.Lock()
+	topics := make([]*topic, 0, len(e.topics))
+	for _, t := range e.topics {
+		topics = append(topics, t)
+	}
+	e.mu.Unlock()
+	for _, t := range topics {
+		st := t.Stats()
+		t.snap.Store(&st)
+	}
 	e.mu.Lock()
 	e.state = engine.Stopped
 	e.mu.Unlock()
