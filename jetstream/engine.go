@@ -246,7 +246,7 @@ func (e *eng) drain(ctx context.Context, skipStalled bool) error {
 			if err != nil {
 				return e.ctxErr(ctx, fmt.Errorf("drain: group %q partition %d: %w", tg.g.name, tg.p, err))
 			}
-			if info.AckFloor.Stream >= tg.end || info.NumPending+uint64(info.NumAckPending) == 0 {
+			if settledTo(info, tg.end) {
 				continue
 			}
 			if why := tg.g.stalled(ctx, info); why != "" {
@@ -284,6 +284,14 @@ func (e *eng) drain(ctx context.Context, skipStalled bool) error {
 		}
 		t.Stop()
 	}
+}
+
+// settledTo reports whether a consumer has settled every record up to
+// sequence end: its ack floor is there, or it has delivered past end with
+// nothing unacked (records retention removed are never acked). The
+// server's NumPending is not used: it lags behind publishes.
+func settledTo(info *natsjs.ConsumerInfo, end uint64) bool {
+	return info.AckFloor.Stream >= end || info.Delivered.Stream >= end && info.NumAckPending == 0
 }
 
 // ctxErr prefers ctx's error, so a request cut short by ctx says so.

@@ -686,8 +686,10 @@ func (g *group) Committed(partition int) int64 {
 	return int64(info.AckFloor.Stream)
 }
 
-// Lag is the records the group has yet to commit, summed over partitions:
-// the server's pending counts.
+// Lag is the records the group has yet to commit, summed over
+// partitions: from each stream's last sequence down to the consumer's ack
+// floor, or to the oldest record retained when retention removed the ones
+// between (the server's NumPending lags behind publishes).
 func (g *group) Lag() int64 {
 	if s := g.snap.Load(); s != nil {
 		return s.lag
@@ -695,12 +697,19 @@ func (g *group) Lag() int64 {
 	ctx, cancel := g.e.ctx()
 	defer cancel()
 	var lag int64
-	for _, c := range g.consumers {
+	for p, c := range g.consumers {
+		sinfo, err := g.t.streams[p].Info(ctx)
+		if err != nil {
+			continue
+		}
 		info, err := c.Info(ctx)
 		if err != nil {
 			continue
 		}
-		lag += int64(info.NumPending) + int64(info.NumAckPending)
+		from := max(info.AckFloor.Stream, sinfo.State.FirstSeq-min(sinfo.State.FirstSeq, 1))
+		if sinfo.State.LastSeq > from {
+			lag += int64(sinfo.State.LastSeq - from)
+		}
 	}
 	return lag
 }
@@ -760,19 +769,16 @@ func (g *group) shutdown() <-chan struct{} {
 func (g *group) unfinished(ctx context.Context) []engine.Unfinished {
 	var out []engine.Unfinished
 	for p, c := range g.consumers {
-		info, err := c.Info(ctx)
+		sinfo, err := g.t.streams[p].Info(ctx)
 		if err != nil {
 			continue
 		}
-		if info.NumPending+uint64(info.NumAckPending) == 0 {
+		info, err := c.Info(ctx)
+		if err != nil || settledTo(info, sinfo.State.LastSeq) {
 			continue
 		}
-		g.mu.Lock()
-		running := g.slots[p].busyNow()
-		g.mu.Unlock()
-		end := int64(info.Delivered.Stream) + int64(info.NumPending)
 		out = append(out, engine.Unfinished{Group: g.name, Topic: g.t.name, Partition: p,
-			Committed: int64(info.AckFloor.Stream), End: end, Running: running})
+			Committed: int64(info.AckFloor.Stream), End: int64(sinfo.State.LastSeq), Running: g.slots[p].busyNow()})
 	}
 	return out
 }

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 	testServer.Shutdown()
 	os.RemoveAll(dir)
 	if code == 0 {
-		if err := goleak.Find(goleak.MaxRetryAttempts(100)); err != nil { // a worker may still be in a pull (at most PollWait + 1s)
+		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

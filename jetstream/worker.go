@@ -251,12 +251,13 @@ func (w *worker) pause(d time.Duration) bool {
 }
 
 // fetch pulls the partition's next record, waiting up to the poll wait.
-// The pull is never cut short: a record the server sent to a pull that
-// was abandoned would count as delivered and come back only after
-// AckWait.
+// The pull is cut short only when Close gives up: a record the server
+// sent to an abandoned pull counts as delivered and comes back only after
+// AckWait, with Attempt+1.
 func (w *worker) fetch() (natsjs.Msg, error) {
-	batch, err := w.g.consumers[w.s.p].Fetch(1, natsjs.FetchMaxWait(w.g.e.cfg.pollWait),
-		natsjs.FetchPriorityGroup(priorityGroup))
+	ctx, cancel := context.WithTimeout(w.g.e.handlerCtx, w.g.e.cfg.pollWait)
+	defer cancel()
+	batch, err := w.g.consumers[w.s.p].Fetch(1, natsjs.FetchContext(ctx), natsjs.FetchPriorityGroup(priorityGroup))
 	if err != nil {
 		return nil, err
 	}
