@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -62,6 +63,9 @@ func (e *storedError) Unwrap() error {
 // *engine.PanicError (its Value the panic's text, no stack) or an error
 // wrapping ErrPermanent.
 func (g *group) DeadLetters() []engine.DeadLetter {
+	if s := g.snap.Load(); s != nil {
+		return slices.Clone(s.letters)
+	}
 	ctx, cancel := g.e.ctx()
 	defer cancel()
 	info, err := g.dlq.Info(ctx)

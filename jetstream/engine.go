@@ -37,7 +37,7 @@ func Connect(nc *nats.Conn, opts ...Option) (pubsub.Engine, error) {
 // opener is a pubsub.Engine: it opens one engine per broker.
 type opener struct {
 	cfg  []Option
-	js   natsjs.JetStream            // shared, not owned; nil when dial is set
+	js   natsjs.JetStream           // shared, not owned; nil when dial is set
 	dial func() (*nats.Conn, error) // a connection per broker, owned by it
 }
 
@@ -84,6 +84,15 @@ func (o *opener) Open(ecfg engine.Config) (engine.Engine, error) {
 		}
 		return nil, fmt.Errorf("jetstream: membership bucket: %w", err)
 	}
+	e.deals, err = js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{
+		Bucket: e.names.bucket() + "_deals", Storage: natsjs.MemoryStorage, History: 1,
+	})
+	if err != nil {
+		if e.nc != nil {
+			e.nc.Close()
+		}
+		return nil, fmt.Errorf("jetstream: assignment bucket: %w", err)
+	}
 	return e, nil
 }
 
@@ -92,10 +101,11 @@ type eng struct {
 	cfg      config
 	names    names
 	retry    engine.RetryPolicy
-	instance string // this engine's random ID, the value of its membership keys
+	instance string     // this engine's random ID, the value of its membership keys
 	nc       *nats.Conn // owned; nil when the connection is the caller's
 	js       natsjs.JetStream
-	kv       natsjs.KeyValue
+	kv       natsjs.KeyValue // membership: a key per member, with TTL
+	deals    natsjs.KeyValue // assignments: a key per group
 
 	// handlerCtx is every handler's context; Close cancels it when it
 	// gives up on draining.
@@ -236,7 +246,7 @@ func (e *eng) drain(ctx context.Context, skipStalled bool) error {
 			if err != nil {
 				return e.ctxErr(ctx, fmt.Errorf("drain: group %q partition %d: %w", tg.g.name, tg.p, err))
 			}
-			if info.AckFloor.Stream >= tg.end || info.NumPending+uint64(info.NumAckPending) == 0 {
+			if settledTo(info, tg.end) {
 				continue
 			}
 			if why := tg.g.stalled(ctx, info); why != "" {
@@ -274,6 +284,14 @@ func (e *eng) drain(ctx context.Context, skipStalled bool) error {
 		}
 		t.Stop()
 	}
+}
+
+// settledTo reports whether a consumer has settled every record up to
+// sequence end: its ack floor is there, or it has delivered past end with
+// nothing unacked (records retention removed are never acked). The
+// server's NumPending is not used: it lags behind publishes.
+func settledTo(info *natsjs.ConsumerInfo, end uint64) bool {
+	return info.AckFloor.Stream >= end || info.Delivered.Stream >= end && info.NumAckPending == 0
 }
 
 // ctxErr prefers ctx's error, so a request cut short by ctx says so.
@@ -347,6 +365,19 @@ func (e *eng) close(ctx context.Context) error {
 		g.leaveAll(rctx)
 	}
 	cancel()
+	for _, g := range groups {
+		g.takeSnap()
+	}
+	e.mu.Lock()
+	topics := make([]*topic, 0, len(e.topics))
+	for _, t := range e.topics {
+		topics = append(topics, t)
+	}
+	e.mu.Unlock()
+	for _, t := range topics {
+		st := t.Stats()
+		t.snap.Store(&st)
+	}
 	e.mu.Lock()
 	e.state = engine.Stopped
 	e.mu.Unlock()

@@ -48,7 +48,29 @@ type group struct {
 
 	wake chan struct{} // buffered 1: the loop reconciles soon
 
-	delivered, retried, deadLettered atomic.Int64
+	delivered, retried, deadLettered, skipped atomic.Int64
+
+	snap atomic.Pointer[groupSnap] // what the reads return once the broker stopped
+}
+
+// groupSnap is a group's state as Close left it: after Close the reads
+// (Committed, Lag, Stats, DeadLetters) answer from it, since the
+// connection may be gone.
+type groupSnap struct {
+	committed []int64
+	lag       int64
+	evicted   int64
+	letters   []engine.DeadLetter
+}
+
+// takeSnap records the group's state for the reads after Close.
+func (g *group) takeSnap() {
+	s := &groupSnap{committed: make([]int64, g.t.parts), lag: g.Lag(), letters: g.DeadLetters()}
+	for p := range s.committed {
+		s.committed[p] = g.Committed(p)
+	}
+	s.evicted = g.Stats().DeadLettersEvicted
+	g.snap.Store(s)
 }
 
 // member is a consumer of this broker in the group.
@@ -375,21 +397,6 @@ func (g *group) liveMembers(ctx context.Context) ([]string, map[string]bool, err
 	return names, set, nil
 }
 
-// rangeAssign deals p partitions over the sorted members in contiguous
-// ranges, the same in every broker: member i gets partitions [i·P/M,
-// (i+1)·P/M).
-func rangeAssign(members []string, parts int) map[string][]int {
-	out := make(map[string][]int, len(members))
-	if len(members) == 0 {
-		return out
-	}
-	for p := range parts {
-		m := members[p*len(members)/parts]
-		out[m] = append(out[m], p)
-	}
-	return out
-}
-
 // reconcile computes the assignment from the live membership and makes
 // the local workers follow it: a worker whose partition moved is told to
 // stop (it finishes its delivery in flight), and a partition this broker
@@ -399,11 +406,15 @@ func (g *group) reconcile() {
 	defer g.recMu.Unlock()
 	ctx, cancel := g.e.ctx()
 	live, _, err := g.liveMembers(ctx)
+	var d deal
+	if err == nil {
+		d, err = g.currentDeal(ctx, live)
+	}
 	cancel()
 	if err != nil {
 		return
 	}
-	assign := rangeAssign(live, g.t.parts)
+	assign := d.byMember()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
@@ -652,7 +663,7 @@ func (g *group) reposition(ctx context.Context, seqs map[int]uint64) error {
 		if _, err := g.t.streams[p].ResetConsumerToSequence(ctx, g.e.names.consumer(g.name, p), seqs[p]); err != nil {
 			return g.e.ctxErr(ctx, fmt.Errorf("partition %d: %w", p, err))
 		}
-		g.slots[p].bumpEpoch()
+		g.slots[p].bumpEpoch(seqs[p])
 	}
 	return nil
 }
@@ -663,6 +674,9 @@ func (g *group) Committed(partition int) int64 {
 	if partition < 0 || partition >= g.t.parts {
 		return 0
 	}
+	if s := g.snap.Load(); s != nil {
+		return s.committed[partition]
+	}
 	ctx, cancel := g.e.ctx()
 	defer cancel()
 	info, err := g.consumers[partition].Info(ctx)
@@ -672,18 +686,30 @@ func (g *group) Committed(partition int) int64 {
 	return int64(info.AckFloor.Stream)
 }
 
-// Lag is the records the group has yet to commit, summed over partitions:
-// the server's pending counts.
+// Lag is the records the group has yet to commit, summed over
+// partitions: from each stream's last sequence down to the consumer's ack
+// floor, or to the oldest record retained when retention removed the ones
+// between (the server's NumPending lags behind publishes).
 func (g *group) Lag() int64 {
+	if s := g.snap.Load(); s != nil {
+		return s.lag
+	}
 	ctx, cancel := g.e.ctx()
 	defer cancel()
 	var lag int64
-	for _, c := range g.consumers {
+	for p, c := range g.consumers {
+		sinfo, err := g.t.streams[p].Info(ctx)
+		if err != nil {
+			continue
+		}
 		info, err := c.Info(ctx)
 		if err != nil {
 			continue
 		}
-		lag += int64(info.NumPending) + int64(info.NumAckPending)
+		from := max(info.AckFloor.Stream, sinfo.State.FirstSeq-min(sinfo.State.FirstSeq, 1))
+		if sinfo.State.LastSeq > from {
+			lag += int64(sinfo.State.LastSeq - from)
+		}
 	}
 	return lag
 }
@@ -691,7 +717,11 @@ func (g *group) Lag() int64 {
 // Stats counts what this broker's workers did; DeadLettersEvicted is the
 // server's count for the group.
 func (g *group) Stats() engine.GroupStats {
-	st := engine.GroupStats{Delivered: g.delivered.Load(), Retried: g.retried.Load(), DeadLettered: g.deadLettered.Load()}
+	st := engine.GroupStats{Delivered: g.delivered.Load(), Retried: g.retried.Load(), DeadLettered: g.deadLettered.Load(), Skipped: g.skipped.Load()}
+	if s := g.snap.Load(); s != nil {
+		st.DeadLettersEvicted = s.evicted
+		return st
+	}
 	ctx, cancel := g.e.ctx()
 	defer cancel()
 	if info, err := g.dlq.Info(ctx); err == nil && info.State.FirstSeq > 0 {
@@ -739,19 +769,16 @@ func (g *group) shutdown() <-chan struct{} {
 func (g *group) unfinished(ctx context.Context) []engine.Unfinished {
 	var out []engine.Unfinished
 	for p, c := range g.consumers {
-		info, err := c.Info(ctx)
+		sinfo, err := g.t.streams[p].Info(ctx)
 		if err != nil {
 			continue
 		}
-		if info.NumPending+uint64(info.NumAckPending) == 0 {
+		info, err := c.Info(ctx)
+		if err != nil || settledTo(info, sinfo.State.LastSeq) {
 			continue
 		}
-		g.mu.Lock()
-		running := g.slots[p].busyNow()
-		g.mu.Unlock()
-		end := int64(info.Delivered.Stream) + int64(info.NumPending)
 		out = append(out, engine.Unfinished{Group: g.name, Topic: g.t.name, Partition: p,
-			Committed: int64(info.AckFloor.Stream), End: end, Running: running})
+			Committed: int64(info.AckFloor.Stream), End: int64(sinfo.State.LastSeq), Running: g.slots[p].busyNow()})
 	}
 	return out
 }

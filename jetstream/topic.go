@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -32,6 +33,7 @@ type topic struct {
 	parts   int
 	streams []natsjs.Stream
 	counts  []partCounts
+	snap    atomic.Pointer[[]engine.PartitionStats] // Stats as Close left them
 }
 
 // partCounts are what this process saw happen to a partition; the server
@@ -193,16 +195,16 @@ func (t *topic) publish(ctx context.Context, p int, m *nats.Msg) (int64, error) 
 		if !isFull(err) {
 			return 0, t.publishErr(ctx, p, err)
 		}
-		if deadline.IsZero() {
-			t.counts[p].blocked.Add(1)
-			deadline = time.Now().Add(t.spec.Retention.BlockTimeout)
-		}
 		freed, slowest, rerr := t.reclaim(ctx, p)
 		if rerr != nil {
 			return 0, t.publishErr(ctx, p, rerr)
 		}
 		if freed > 0 {
 			continue
+		}
+		if deadline.IsZero() { // no room to be made: this publish waits
+			t.counts[p].blocked.Add(1)
+			deadline = time.Now().Add(t.spec.Retention.BlockTimeout)
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -366,6 +368,9 @@ func (t *topic) AppendBatch(ctx context.Context, partitions []int, recs []*engin
 // too); Reclaimed, Dropped, Blocked and TimedOut count what this process
 // did; Expired is not counted.
 func (t *topic) Stats() []engine.PartitionStats {
+	if snap := t.snap.Load(); snap != nil {
+		return slices.Clone(*snap)
+	}
 	ctx, cancel := t.e.ctx()
 	defer cancel()
 	out := make([]engine.PartitionStats, t.parts)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -36,6 +37,17 @@ type slot struct {
 	phase   phase         // of the current worker
 	revoked chan struct{} // closed when a hold begins or the worker must stop; the Delivery's Revoked
 	changed chan struct{} // closed and replaced on every change of the above
+
+	// pending is a record a stopping worker fetched but did not deliver,
+	// handed to the partition's next local worker (no redelivery), with
+	// the epoch it was fetched in.
+	// next is the stream sequence the partition should deliver next, 0
+	// until it has delivered one: a record past it means retention took
+	// the ones between before the group read them (counted as Skipped).
+	next uint64
+
+	pending      natsjs.Msg
+	pendingEpoch uint64
 
 	worker *worker // guarded by the group's mu
 }
@@ -74,10 +86,20 @@ func (s *slot) unhold() {
 	s.mu.Unlock()
 }
 
-func (s *slot) bumpEpoch() {
+func (s *slot) bumpEpoch(seq uint64) {
 	s.mu.Lock()
 	s.epoch++
+	s.next = seq
 	s.signal()
+	s.mu.Unlock()
+}
+
+// settled moves next past d's record.
+func (s *slot) settled(d *engine.Delivery) {
+	s.mu.Lock()
+	if seq := uint64(d.Record.Offset) + 1; s.next == seq {
+		s.next = seq + 1
+	}
 	s.mu.Unlock()
 }
 
@@ -185,6 +207,15 @@ func (w *worker) run() {
 			s.mu.Unlock()
 			return
 		}
+		if msg, epoch := s.pending, s.pendingEpoch; msg != nil {
+			s.pending = nil
+			s.mu.Unlock()
+			if revoked, ok := w.await(msg, epoch); ok {
+				w.deliver(msg, revoked)
+				s.setPhase(parked)
+			}
+			continue
+		}
 		s.phase = fetching
 		s.signal()
 		epoch := s.epoch
@@ -203,17 +234,7 @@ func (w *worker) run() {
 			continue
 		}
 		w.deliver(msg, revoked)
-		s.mu.Lock()
-		s.phase = parked
-		if s.holds == 0 && !w.stopping() {
-			select { // the delivery's revocation is spent: a fresh one for the next
-			case <-s.revoked:
-				s.revoked = make(chan struct{})
-			default:
-			}
-		}
-		s.signal()
-		s.mu.Unlock()
+		s.setPhase(parked)
 	}
 }
 
@@ -230,12 +251,13 @@ func (w *worker) pause(d time.Duration) bool {
 }
 
 // fetch pulls the partition's next record, waiting up to the poll wait.
-// The pull is never cut short: a record the server sent to a pull that
-// was abandoned would count as delivered and come back only after
-// AckWait.
+// The pull is cut short only when Close gives up: a record the server
+// sent to an abandoned pull counts as delivered and comes back only after
+// AckWait, with Attempt+1.
 func (w *worker) fetch() (natsjs.Msg, error) {
-	batch, err := w.g.consumers[w.s.p].Fetch(1, natsjs.FetchMaxWait(w.g.e.cfg.pollWait),
-		natsjs.FetchPriorityGroup(priorityGroup))
+	ctx, cancel := context.WithTimeout(w.g.e.handlerCtx, w.g.e.cfg.pollWait)
+	defer cancel()
+	batch, err := w.g.consumers[w.s.p].Fetch(1, natsjs.FetchContext(ctx), natsjs.FetchPriorityGroup(priorityGroup))
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +291,12 @@ func (w *worker) await(msg natsjs.Msg, epoch uint64) (<-chan struct{}, bool) {
 			s.signal()
 			s.mu.Unlock()
 			return nil, false
-		case s.holds == 0:
+		case s.holds == 0 && !w.stopping():
+			select { // a revocation is spent once its hold ended: a fresh one
+			case <-s.revoked:
+				s.revoked = make(chan struct{})
+			default:
+			}
 			s.phase = busy
 			s.signal()
 			revoked := s.revoked
@@ -279,6 +306,23 @@ func (w *worker) await(msg natsjs.Msg, epoch uint64) (<-chan struct{}, bool) {
 			s.phase = parked
 			s.signal()
 			s.mu.Unlock()
+			switch w.g.nextOwner(w) {
+			case ownerLocal: // the next local worker delivers it: not a redelivery
+				s.mu.Lock()
+				s.pending, s.pendingEpoch = msg, epoch
+				s.mu.Unlock()
+				return nil, false
+			case ownerRemote: // finish it here, as a delivery in flight
+				s.mu.Lock()
+				if s.holds == 0 && s.epoch == epoch {
+					s.phase = busy
+					s.signal()
+					revoked := s.revoked
+					s.mu.Unlock()
+					return revoked, true
+				}
+				s.mu.Unlock()
+			}
 			_ = msg.Nak()
 			return nil, false
 		}
@@ -316,6 +360,12 @@ func (w *worker) deliver(msg natsjs.Msg, revoked <-chan struct{}) {
 	}
 	d := &engine.Delivery{Topic: g.t.name, Partition: w.s.p, ID: id, Record: rec,
 		Attempt: int(md.NumDelivered), Revoked: revoked}
+	w.s.mu.Lock()
+	if w.s.next != 0 && seq > w.s.next {
+		g.skipped.Add(int64(seq - w.s.next))
+	}
+	w.s.next = seq
+	w.s.mu.Unlock()
 
 	stopKeep := make(chan struct{})
 	kept := make(chan struct{})
@@ -365,9 +415,14 @@ func (w *worker) settle(msg natsjs.Msg, d *engine.Delivery, herr error) {
 	defer cancel()
 	switch {
 	case herr == nil:
-		if err := msg.DoubleAck(ctx); err == nil {
-			g.delivered.Add(1)
-		}
+		// Counted even when the ack fails: the handler succeeded, and an
+		// ack the server refused (its record gone by retention) or whose
+		// reply was lost may well have committed.
+		// Counted before the ack, so that whoever sees the commit (Drain
+		// polls the server) sees the count too.
+		g.delivered.Add(1)
+		w.s.settled(d)
+		_ = msg.DoubleAck(ctx)
 		g.e.committed()
 	case errors.Is(herr, engine.ErrAbandoned):
 		_ = msg.Nak()
@@ -376,7 +431,7 @@ func (w *worker) settle(msg natsjs.Msg, d *engine.Delivery, herr error) {
 			_ = msg.NakWithDelay(g.spec.Retry.Delay(d.Attempt))
 			return
 		}
-		g.deadLettered.Add(1)
+		w.s.settled(d)
 		g.e.committed()
 	default:
 		g.retried.Add(1)
@@ -426,5 +481,50 @@ func (g *group) deadLetter(ctx context.Context, msg natsjs.Msg, d *engine.Delive
 	if _, err := g.e.js.PublishMsg(ctx, dl, natsjs.WithMsgID(letterID)); err != nil {
 		return err
 	}
-	return msg.TermWithReason("logbus: dead-lettered")
+	g.deadLettered.Add(1) // before the Term, which Drain may see at once
+	if err := msg.TermWithReason("logbus: dead-lettered"); err != nil {
+		return err
+	}
+	// A Term has no confirmation: wait until the ack floor passes the
+	// record, so that Committed and Drain see the dead letter as settled
+	// when the handler's caller does.
+	for {
+		info, err := g.consumers[d.Partition].Info(ctx)
+		if err != nil || info.AckFloor.Stream >= md.Sequence.Stream {
+			return nil
+		}
+		t := time.NewTimer(2 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Who owns a partition next, for a worker that stops holding a record.
+const (
+	ownerNone   = iota // the broker is closing: give it back
+	ownerLocal         // another member of this broker, or nobody yet: keep it for the next local worker
+	ownerRemote        // a member of another broker
+)
+
+func (g *group) nextOwner(w *worker) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return ownerNone
+	}
+	for name, ps := range g.assign {
+		if slices.Contains(ps, w.s.p) {
+			if m := g.members[name]; m != nil && m != w.m && !m.left {
+				return ownerLocal
+			}
+			if g.members[name] == nil {
+				return ownerRemote
+			}
+		}
+	}
+	return ownerLocal
 }
