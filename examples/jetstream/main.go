@@ -1,8 +1,11 @@
 // Command jetstream runs the orders demo across processes' worth of
 // brokers, on NATS JetStream:
 //
-//	cd examples/jetstream && go run .                            # an embedded server, file storage in a temp dir
-//	cd examples/jetstream && go run . -server nats://127.0.0.1:4222   # a server of yours
+//	go run ./examples/jetstream                                  # an embedded server, file storage in a temp dir
+//	go run ./examples/jetstream -server nats://127.0.0.1:4222    # a server of yours
+//
+// (from the repository's root, whose go.work names this module; or go run .
+// from this directory).
 //
 // Two brokers play two replicas of a billing service: each has its own
 // connection to the server, as two processes would, and both subscribe to
@@ -24,7 +27,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -84,20 +86,19 @@ func main() {
 
 // demo is the state of one run.
 type demo struct {
-	out    io.Writer
 	url    string            // the server's URL
 	dir    string            // the embedded server's store; "" with -server
 	srv    *jetstream.Server // the embedded server; nil with -server
 	prefix string            // the namespace of every name the demo creates
 	log    *handled          // what every replica handled
-	conns  []*nats.Conn      // every connection opened, closed at the end
+	nodes  []*node           // every broker started, closed at the end
 }
 
 // run is the demo, writing to out. With url empty it starts (and restarts)
 // an embedded server in a temporary directory it removes at the end.
 func run(ctx context.Context, out io.Writer, url string) (err error) {
-	d := &demo{out: out, url: url, prefix: "demo", log: newHandled()}
-	defer d.closeConns()
+	d := &demo{url: url, prefix: "demo", log: newHandled()}
+	defer d.closeAll()
 	fmt.Fprintln(out, "logbus on NATS JetStream: two replicas of a billing service share a group")
 	if url == "" {
 		if d.dir, err = os.MkdirTemp("", "logbus-jetstream-demo-"); err != nil {
@@ -177,10 +178,10 @@ func run(ctx context.Context, out io.Writer, url string) (err error) {
 	fmt.Fprintf(out, "every customer's orders were handled in order: %v\n", d.log.inOrder())
 	fmt.Fprintf(out, "  (varies with timing) replica-b handled %d of the second batch before it left, replica-a the other %d\n",
 		d.log.countFrom(b.name, 100), d.log.countFrom(a.name, 100))
-	if err := d.closeBroker(b.broker); err != nil {
+	if err := b.stop(); err != nil {
 		return err
 	}
-	if err := d.closeBroker(a.broker); err != nil {
+	if err := a.stop(); err != nil {
 		return err
 	}
 
@@ -189,7 +190,7 @@ func run(ctx context.Context, out io.Writer, url string) (err error) {
 	if err := publish(ctx, pub.topic, third); err != nil {
 		return err
 	}
-	if err := d.closeBroker(pub.broker); err != nil {
+	if err := pub.stop(); err != nil {
 		return err
 	}
 	if d.srv != nil {
@@ -222,7 +223,7 @@ func run(ctx context.Context, out io.Writer, url string) (err error) {
 	fmt.Fprintf(out, "replica-a handled %d orders: %s\n", len(again), strings.Join(again, " "))
 	fmt.Fprintf(out, "  only those published while it was down: it resumed at the group's committed offsets\n")
 	fmt.Fprintf(out, "orders handled twice, over the whole demo: %d\n", d.log.duplicates())
-	return d.closeBroker(a.broker)
+	return a.stop()
 }
 
 func (d *demo) startServer() (err error) {
@@ -235,6 +236,7 @@ func (d *demo) startServer() (err error) {
 
 // node is one broker on a connection of its own, with the topic.
 type node struct {
+	nc     *nats.Conn
 	broker *pubsub.Broker
 	topic  *pubsub.Topic[string, Order]
 }
@@ -244,33 +246,42 @@ func (d *demo) node(name string) (*node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: connect: %w", name, err)
 	}
-	d.conns = append(d.conns, nc)
+	n := &node{nc: nc}
+	d.nodes = append(d.nodes, n)
 	eng, err := jetstream.Connect(nc, jetstream.WithPrefix(d.prefix),
 		jetstream.WithMemberTTL(time.Second), jetstream.WithAckWait(2*time.Second))
 	if err != nil {
 		return nil, err
 	}
-	b := pubsub.NewBroker(pubsub.WithEngine(eng))
-	if err := b.Err(); err != nil {
+	n.broker = pubsub.NewBroker(pubsub.WithEngine(eng))
+	if err := n.broker.Err(); err != nil {
 		return nil, err
 	}
-	topic, err := pubsub.NewTopic(b, topicName, codec.String(), codec.JSON[Order](), pubsub.WithPartitions(partitions))
+	n.topic, err = pubsub.NewTopic(n.broker, topicName, codec.String(), codec.JSON[Order](), pubsub.WithPartitions(partitions))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return &node{broker: b, topic: topic}, nil
+	return n, nil
 }
 
-// closeBroker closes b, allowing it 10s to drain.
-func (d *demo) closeBroker(b *pubsub.Broker) error {
+// stop closes n's broker, allowing it 10s to drain, then its connection
+// (the engine never closes a connection it was given).
+func (n *node) stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return b.Close(ctx)
+	err := n.broker.Close(ctx)
+	n.nc.Close()
+	return err
 }
 
-func (d *demo) closeConns() {
-	for _, nc := range d.conns {
-		nc.Close()
+// closeAll stops whatever an early return left running.
+func (d *demo) closeAll() {
+	for _, n := range d.nodes {
+		if n.broker != nil {
+			_ = n.stop() // Close is idempotent
+		} else {
+			n.nc.Close()
+		}
 	}
 }
 
@@ -386,10 +397,7 @@ func publish(ctx context.Context, t *pubsub.Topic[string, Order], orders []Order
 func drain(ctx context.Context, b *pubsub.Broker) error {
 	ctx, cancel := context.WithTimeout(ctx, settle)
 	defer cancel()
-	if err := b.Drain(ctx); err != nil && !errors.Is(err, pubsub.ErrStalled) {
-		return err
-	}
-	return nil
+	return b.Drain(ctx)
 }
 
 func section(out io.Writer, title string) { fmt.Fprintf(out, "\n== %s ==\n", title) }
