@@ -45,7 +45,10 @@ import (
 // record of the same partition had been handled, and key-reordered/op the
 // same per key (1000 keys spread the partitions' records thin, so a key's
 // next record often comes after a retry's delay); redelivered/op, the share
-// of deliveries of a record handled before.
+// of deliveries of a record handled before; lost/op, the share of
+// deliveries that came with Attempt > 1 although no handler had been given
+// the record before (the client dropped a delivery; it came back after
+// AckWait).
 
 // jsWork is one benchmark's shape.
 type jsWork struct {
@@ -88,18 +91,23 @@ type jsSink struct {
 	done      chan struct{}
 	count     atomic.Int64
 	seen      []atomic.Bool   // by seq: handled ok once
+	tried     []atomic.Bool   // by seq: given to the handler once
 	maxSeq    []atomic.Uint64 // by key: 1 + the highest seq handled ok
 	maxPSeq   []atomic.Uint64 // by partition: the same
 	partition []int           // by key: its partition, as logbus routes it
 	// Counted over every delivery.
 	deliveries, reordered, keyReordered, redelivered atomic.Int64
+	// lost counts deliveries with Attempt > 1 of records no handler had
+	// been given: the server delivered them before, and the client lost
+	// them, so they came back only after AckWait.
+	lost atomic.Int64
 	mu                                               sync.Mutex
 	lat                                              []time.Duration // guarded by mu
 }
 
 func newJSSink(w jsWork, total int) *jsSink {
 	s := &jsSink{work: w, total: total, done: make(chan struct{}),
-		seen: make([]atomic.Bool, total), maxSeq: make([]atomic.Uint64, jsKeys),
+		seen: make([]atomic.Bool, total), tried: make([]atomic.Bool, total), maxSeq: make([]atomic.Uint64, jsKeys),
 		maxPSeq: make([]atomic.Uint64, w.partitions), partition: make([]int, jsKeys)}
 	for k, name := range jsKeyNames {
 		s.partition[k] = jsPartition(name, w.partitions)
@@ -133,6 +141,9 @@ func (s *jsSink) handle(payload []byte, attempt int) error {
 	s.deliveries.Add(1)
 	stamp := int64(binary.LittleEndian.Uint64(payload[0:8]))
 	seq := binary.LittleEndian.Uint64(payload[8:16])
+	if !s.tried[seq].Swap(true) && attempt > 1 {
+		s.lost.Add(1)
+	}
 	if n := s.work.faultEvery; n > 0 && seq%uint64(n) == uint64(n-1) && attempt == 1 {
 		return errInjected
 	}
@@ -250,6 +261,7 @@ func runJS(b *testing.B, w jsWork, impl jsImpl) {
 	b.ReportMetric(float64(sink.reordered.Load())/deliveries, "reordered/op")
 	b.ReportMetric(float64(sink.keyReordered.Load())/deliveries, "key-reordered/op")
 	b.ReportMetric(float64(sink.redelivered.Load())/deliveries, "redelivered/op")
+	b.ReportMetric(float64(sink.lost.Load())/deliveries, "lost/op")
 }
 
 // jsWorks is the matrix: 1 and 4 partitions, file and memory storage, one
@@ -453,15 +465,13 @@ func rawJSRun(b *testing.B, w jsWork, sink *jsSink, mode rawMode) (func(string, 
 		b.Fatal(err)
 	}
 	handle := func(m jetstream.Msg) {
-		attempt := 1
-		if w.faultEvery > 0 {
-			md, err := m.Metadata()
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			attempt = int(md.NumDelivered)
+		// The delivery count, as the engine reads it for Message.Attempt.
+		md, err := m.Metadata()
+		if err != nil {
+			b.Error(err)
+			return
 		}
+		attempt := int(md.NumDelivered)
 		if err := sink.handle(m.Data(), attempt); err != nil {
 			m.NakWithDelay(jsFaultDelay)
 			return
