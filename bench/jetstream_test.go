@@ -101,8 +101,8 @@ type jsSink struct {
 	// been given: the server delivered them before, and the client lost
 	// them, so they came back only after AckWait.
 	lost atomic.Int64
-	mu                                               sync.Mutex
-	lat                                              []time.Duration // guarded by mu
+	mu   sync.Mutex
+	lat  []time.Duration // guarded by mu
 }
 
 func newJSSink(w jsWork, total int) *jsSink {
