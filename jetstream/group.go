@@ -328,9 +328,23 @@ func (g *group) join(ctx context.Context, consumer string, h engine.Handler, onL
 }
 
 // loop heartbeats the local members and reconciles the assignment with
-// the live membership, every tick and whenever woken, until stop closes.
+// the live membership: whenever a membership key or the group's deal
+// changes on the server (watched), whenever woken, and every tick (which
+// also catches keys that expired), until stop closes.
 func (g *group) loop(stop, done chan struct{}) {
 	defer close(done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	prefix := g.e.names.memberPrefix(g.t.name, g.name)
+	var members, deals <-chan natsjs.KeyValueEntry
+	if w, err := g.e.kv.WatchFiltered(ctx, []string{prefix + "*"}, natsjs.UpdatesOnly(), natsjs.MetaOnly()); err == nil {
+		defer w.Stop()
+		members = w.Updates()
+	}
+	if w, err := g.e.deals.Watch(ctx, prefix+"deal", natsjs.UpdatesOnly(), natsjs.MetaOnly()); err == nil {
+		defer w.Stop()
+		deals = w.Updates()
+	}
 	beatEvery := g.e.cfg.memberTTL / 3
 	tick := time.NewTicker(min(100*time.Millisecond, beatEvery))
 	defer tick.Stop()
@@ -340,6 +354,14 @@ func (g *group) loop(stop, done chan struct{}) {
 		case <-stop:
 			return
 		case <-g.wake:
+		case _, ok := <-members:
+			if !ok {
+				members = nil
+			}
+		case _, ok := <-deals:
+			if !ok {
+				deals = nil
+			}
 		case <-tick.C:
 			if time.Since(lastBeat) >= beatEvery {
 				g.heartbeat()

@@ -1,0 +1,198 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/logbus/logbus/codec"
+	"github.com/logbus/logbus/pubsub"
+	"github.com/nats-io/nats.go"
+)
+
+// history records every handler call of a group across brokers, and fails
+// the test when two calls for one partition overlap.
+type history struct {
+	t    *testing.T
+	busy [4]atomic.Int32
+
+	mu    sync.Mutex
+	calls map[string][]call // by value
+	order [4][]string       // consumers in the order they handled each partition
+	done  map[string]bool
+	n     int
+	more  chan struct{} // closed and replaced when a value is handled for the first time
+}
+
+type call struct {
+	consumer  string
+	partition int
+	attempt   int
+}
+
+func newHistory(t *testing.T) *history {
+	return &history{t: t, calls: map[string][]call{}, done: map[string]bool{}, more: make(chan struct{})}
+}
+
+func (h *history) handler(consumer string) pubsub.HandlerFunc[string] {
+	return func(_ context.Context, m pubsub.Message[string]) error {
+		if h.busy[m.Partition].Add(1) != 1 {
+			h.t.Errorf("%s: partition %d handled by two consumers at once", consumer, m.Partition)
+		}
+		defer h.busy[m.Partition].Add(-1)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.calls[m.Value] = append(h.calls[m.Value], call{consumer, m.Partition, m.Attempt})
+		h.order[m.Partition] = append(h.order[m.Partition], consumer)
+		if !h.done[m.Value] {
+			h.done[m.Value] = true
+			h.n++
+			close(h.more)
+			h.more = make(chan struct{})
+		}
+		return nil
+	}
+}
+
+// checkHandoffs fails the test when a partition went back to a consumer
+// that had handed it over: ownership moves once per rebalance, it does
+// not alternate.
+func (h *history) checkHandoffs() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for p, order := range h.order {
+		left := map[string]bool{}
+		for i := 1; i < len(order); i++ {
+			if order[i] != order[i-1] {
+				left[order[i-1]] = true
+				if left[order[i]] {
+					h.t.Errorf("partition %d went back to %s after it handed it over", p, order[i])
+				}
+			}
+		}
+	}
+}
+
+// waitFor waits until n distinct values were handled, or ctx ends.
+func (h *history) waitFor(ctx context.Context, n int) error {
+	for {
+		h.mu.Lock()
+		got, more := h.n, h.more
+		h.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-more:
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d values handled: %w", got, n, ctx.Err())
+		}
+	}
+}
+
+// TestTwoBrokersShareAGroup runs one group over two brokers, each on its
+// own connection to the server, as two processes would: ownership is
+// exclusive and balanced, a clean join redelivers nothing, and when one
+// broker's connection dies the other takes over its partitions with
+// nothing lost and every repeat explained by its attempt number.
+func TestTwoBrokersShareAGroup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := testOptions()
+	conn := func() *nats.Conn {
+		nc, err := testServer.Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	nc1, nc2 := conn(), conn()
+	e1, err := Connect(nc1, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, err := Connect(nc2, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b1, b2 := brokerOn(t, e1), brokerOn(t, e2)
+	topic := func(b *pubsub.Broker) *pubsub.Topic[string, string] {
+		tp, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tp
+	}
+	t1, t2 := topic(b1), topic(b2)
+	h := newHistory(t)
+	g1, err := t1.Subscribe("billing", "c1", h.handler("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := t2.Subscribe("billing", "c2", h.handler("c2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asg := g2.Assignment()
+	if len(asg["c1"]) != 2 || len(asg["c2"]) != 2 {
+		t.Errorf("assignment %v, want two partitions each", asg)
+	}
+	// b1 learns of c2 from the server: a watch, so within milliseconds.
+	// Nothing local can signal it, so this waits on the view itself.
+	agree := func() bool { return fmt.Sprint(g1.Assignment()) == fmt.Sprint(asg) }
+	tick := time.NewTicker(5 * time.Millisecond)
+	for !agree() {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("b1's assignment %v never became b2's %v", g1.Assignment(), asg)
+		}
+	}
+	tick.Stop()
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			if _, err := t1.Publish(ctx, fmt.Sprint("key-", i%16), fmt.Sprint("v", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(0, 200)
+	if err := h.waitFor(ctx, 200); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	for v, calls := range h.calls {
+		if len(calls) != 1 {
+			t.Errorf("%s handled %d times after a clean join, want once: %+v", v, len(calls), calls)
+		}
+	}
+	h.mu.Unlock()
+	h.checkHandoffs()
+
+	// c2's process dies: its connection closes without a goodbye.
+	nc2.Close()
+	publish(200, 300)
+	if err := h.waitFor(ctx, 300); err != nil {
+		t.Fatal(err)
+	}
+	if err := b1.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for v, calls := range h.calls {
+		for i := 1; i < len(calls); i++ {
+			if calls[i].attempt <= calls[i-1].attempt {
+				t.Errorf("%s handled again with attempt %d after attempt %d: an unexplained redelivery (%+v)",
+					v, calls[i].attempt, calls[i-1].attempt, calls)
+			}
+		}
+	}
+	if asg := g1.Assignment(); len(asg["c1"]) != 4 {
+		t.Errorf("assignment after c2 died: %v, want c1 to own all 4", asg)
+	}
+}
