@@ -41,6 +41,7 @@ type group struct {
 	members  map[string]*member
 	assign   map[string][]int // the last assignment computed, of every live member
 	paused   bool             // Pause holds every slot
+	pausedOn bool             // and the server confirmed the pause: from then on a resume by another broker releases the holds
 	closed   bool             // shutdown began
 	loopStop chan struct{}    // nil until the first local member joins
 	loopDone chan struct{}
@@ -365,6 +366,7 @@ func (g *group) loop(stop, done chan struct{}) {
 		case <-tick.C:
 			if time.Since(lastBeat) >= beatEvery {
 				g.heartbeat()
+				g.followResume()
 				lastBeat = time.Now()
 			}
 		}
@@ -584,12 +586,40 @@ func (g *group) Pause(ctx context.Context) error {
 			return g.e.ctxErr(ctx, fmt.Errorf("partition %d: %w", p, err))
 		}
 	}
+	g.mu.Lock()
+	g.pausedOn = g.paused
+	g.mu.Unlock()
 	for _, s := range g.slots {
 		if err := s.waitIdle(ctx, false); err != nil {
 			return fmt.Errorf("deliveries in flight go on: %w", err)
 		}
 	}
 	return nil
+}
+
+// followResume releases this broker's holds when the group was paused
+// here but another broker resumed it on the server.
+func (g *group) followResume() {
+	g.mu.Lock()
+	on := g.pausedOn
+	g.mu.Unlock()
+	if !on {
+		return
+	}
+	ctx, cancel := g.e.ctx()
+	info, err := g.consumers[0].Info(ctx)
+	cancel()
+	if err != nil || info.Paused {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.paused && g.pausedOn {
+		g.paused, g.pausedOn = false, false
+		for _, s := range g.slots {
+			s.unhold()
+		}
+	}
 }
 
 // Resume resumes the group's consumers on the server.
@@ -608,7 +638,7 @@ func (g *group) Resume(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.paused {
-		g.paused = false
+		g.paused, g.pausedOn = false, false
 		for _, s := range g.slots {
 			s.unhold()
 		}
@@ -805,21 +835,38 @@ func (g *group) unfinished(ctx context.Context) []engine.Unfinished {
 	return out
 }
 
-// leaveAll removes every local member, for Close: keys deleted, onLeave
-// called.
+// leaveAll removes every local member, for Close: keys deleted, and
+// onLeave called once the member's workers have exited (at once, unless a
+// handler Close gave up on still runs).
 func (g *group) leaveAll(ctx context.Context) {
 	g.mu.Lock()
 	ms := make([]*member, 0, len(g.members))
+	done := map[*member][]<-chan struct{}{}
 	for _, m := range g.members {
 		m.left = true
 		ms = append(ms, m)
+	}
+	for _, s := range g.slots {
+		if w := s.worker; w != nil {
+			done[w.m] = append(done[w.m], w.done)
+		}
 	}
 	clear(g.members)
 	g.mu.Unlock()
 	for _, m := range ms {
 		_ = g.e.kv.Delete(ctx, m.key)
-		if m.onLeave != nil {
+		if m.onLeave == nil {
+			continue
+		}
+		all := waitAll(done[m])
+		select {
+		case <-all:
 			m.onLeave()
+		default:
+			go func() { // exits when the member's last worker has
+				<-all
+				m.onLeave()
+			}()
 		}
 	}
 }

@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -194,5 +195,66 @@ func TestTwoBrokersShareAGroup(t *testing.T) {
 	}
 	if asg := g1.Assignment(); len(asg["c1"]) != 4 {
 		t.Errorf("assignment after c2 died: %v, want c1 to own all 4", asg)
+	}
+}
+
+// TestPauseAndResumeAcrossBrokers pauses a group from one broker and
+// resumes it from the other: the pause stops both (it is the server's),
+// and the resume releases the broker that paused, too.
+func TestPauseAndResumeAcrossBrokers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opts := testOptions()
+	b1, b2 := brokerOn(t, testServer.Engine(opts...)), brokerOn(t, testServer.Engine(opts...))
+	topic := func(b *pubsub.Broker) *pubsub.Topic[string, string] {
+		tp, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tp
+	}
+	t1, t2 := topic(b1), topic(b2)
+	h := newHistory(t)
+	g1, err := t1.Subscribe("billing", "c1", h.handler("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := t2.Subscribe("billing", "c2", h.handler("c2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g1.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if _, err := t2.Publish(ctx, fmt.Sprint("key-", i), fmt.Sprint("v", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b2.Drain(ctx); !errors.Is(err, pubsub.ErrStalled) {
+		t.Errorf("Drain of the other broker while paused: got %v, want ErrStalled", err)
+	}
+	if lag := g2.Lag(); lag != 20 {
+		t.Errorf("Lag while paused: %d, want 20", lag)
+	}
+	if err := g2.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.waitFor(ctx, 20); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []*pubsub.Broker{b1, b2} {
+		if err := b.Drain(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	byConsumer := map[string]int{}
+	for _, calls := range h.calls {
+		byConsumer[calls[0].consumer]++
+	}
+	if byConsumer["c1"] == 0 || byConsumer["c2"] == 0 {
+		t.Errorf("handled by %v, want both brokers to resume (the one that paused included)", byConsumer)
 	}
 }
