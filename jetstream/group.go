@@ -472,6 +472,12 @@ func (g *group) exited(w *worker) {
 	if w.s.worker == w {
 		w.s.worker = nil
 	}
+	var giveBack natsjs.Msg
+	if g.closed { // a record kept for the next local worker goes back to the server
+		w.s.mu.Lock()
+		giveBack, w.s.pending = w.s.pending, nil
+		w.s.mu.Unlock()
+	}
 	keep := false
 	for name, ps := range g.assign {
 		if m := g.members[name]; m != nil && !m.left && slices.Contains(ps, w.s.p) && !g.closed {
@@ -479,6 +485,9 @@ func (g *group) exited(w *worker) {
 		}
 	}
 	g.mu.Unlock()
+	if giveBack != nil {
+		_ = giveBack.Nak()
+	}
 	if !keep && !w.crashed() {
 		ctx, cancel := g.e.ctx()
 		_ = g.t.streams[w.s.p].UnpinConsumer(ctx, g.e.names.consumer(g.name, w.s.p), priorityGroup)

@@ -220,7 +220,10 @@ func (w *worker) run() {
 				s.pending = nil
 				s.mu.Unlock()
 				if revoked, ok := w.await(msg, epoch); ok {
-					w.deliver(msg, revoked)
+					if w.deliver(msg, revoked) {
+						w.keepGivenBack(msg, epoch)
+						continue
+					}
 					w.afterDelivery()
 				}
 				continue
@@ -242,8 +245,35 @@ func (w *worker) run() {
 		if !ok {
 			continue
 		}
-		w.deliver(msg, revoked)
+		if w.deliver(msg, revoked) {
+			w.keepGivenBack(msg, epoch)
+			continue
+		}
 		w.afterDelivery()
+	}
+}
+
+// keepGivenBack keeps a delivery the consumer gave back before receiving
+// it (a Stream that is closing, or was revoked before anyone received it) for
+// the partition's next delivery, without telling the server: so its
+// Attempt does not count up, and a consumer that keeps giving back does
+// not burn attempts in a loop. The worker then waits for what made the
+// consumer give it back to change (a stop, a hold, a reset), at most a
+// poll wait, before it tries again.
+func (w *worker) keepGivenBack(msg natsjs.Msg, epoch uint64) {
+	s := w.s
+	s.mu.Lock()
+	s.pending, s.pendingEpoch = msg, epoch
+	s.phase = parked
+	s.signal()
+	ch := s.changed
+	s.mu.Unlock()
+	t := time.NewTimer(w.g.e.cfg.pollWait)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-w.stop:
+	case <-t.C:
 	}
 }
 
@@ -400,12 +430,15 @@ func (w *worker) await(msg natsjs.Msg, epoch uint64) (<-chan struct{}, bool) {
 
 // deliver runs the handler on msg, keeping it alive on the server while
 // it runs, and settles the outcome.
-func (w *worker) deliver(msg natsjs.Msg, revoked <-chan struct{}) {
+// deliver reports whether the consumer gave the delivery back before it
+// received it (ErrNotDelivered), which the caller keeps for the next
+// delivery.
+func (w *worker) deliver(msg natsjs.Msg, revoked <-chan struct{}) (gaveBack bool) {
 	g := w.g
 	md, err := msg.Metadata()
 	if err != nil {
 		_ = msg.Nak()
-		return
+		return false
 	}
 	seq := md.Sequence.Stream
 	id := g.t.streams[w.s.p].CachedInfo().Config.Name + "-" + strconv.FormatUint(seq, 10)
@@ -446,9 +479,13 @@ func (w *worker) deliver(msg natsjs.Msg, revoked <-chan struct{}) {
 	close(stopKeep)
 	<-kept
 	if g.e.handlerCtx.Err() != nil {
-		return // Close gave up on this delivery: nothing is committed
+		return false // Close gave up on this delivery: nothing is committed
+	}
+	if errors.Is(herr, engine.ErrNotDelivered) {
+		return true
 	}
 	w.settle(msg, d, herr)
+	return false
 }
 
 // call runs the member's handler, turning a panic into a *PanicError.
@@ -469,6 +506,8 @@ func (w *worker) settle(msg natsjs.Msg, d *engine.Delivery, herr error) {
 	ctx, cancel := g.e.ctx()
 	defer cancel()
 	switch {
+	case errors.Is(herr, engine.ErrAbandoned): // received, then given back: it counts as an attempt
+		_ = msg.Nak()
 	case herr == nil:
 		// Counted even when the ack fails: the handler succeeded, and an
 		// ack the server refused (its record gone by retention) or whose
@@ -480,8 +519,6 @@ func (w *worker) settle(msg natsjs.Msg, d *engine.Delivery, herr error) {
 		w.prefetch()
 		_ = msg.DoubleAck(ctx)
 		g.e.committed()
-	case errors.Is(herr, engine.ErrAbandoned):
-		_ = msg.Nak()
 	case errors.Is(herr, engine.ErrPermanent) || d.Attempt >= g.spec.Retry.MaxAttempts:
 		if err := g.deadLetter(ctx, msg, d, herr); err != nil {
 			_ = msg.NakWithDelay(g.spec.Retry.Delay(d.Attempt))
