@@ -82,6 +82,7 @@ type member struct {
 	onLeave func()
 	rev     uint64 // of its membership key
 	left    bool
+	evicted bool // its key expired and another broker took the name: it owns nothing
 }
 
 // storedSpec is what a group's consumers carry in their metadata, so that
@@ -391,11 +392,14 @@ func (g *group) heartbeat() {
 		if err != nil {
 			rev, err = g.e.kv.Create(ctx, m.key, []byte(g.e.instance))
 		}
-		if err == nil {
-			g.mu.Lock()
-			m.rev = rev
-			g.mu.Unlock()
+		g.mu.Lock()
+		switch {
+		case err == nil:
+			m.rev, m.evicted = rev, false
+		case errors.Is(err, natsjs.ErrKeyExists):
+			m.evicted = true
 		}
+		g.mu.Unlock()
 	}
 }
 
@@ -447,7 +451,7 @@ func (g *group) reconcile() {
 	g.assign = assign
 	want := make([]*member, g.t.parts)
 	for name, ps := range assign {
-		if m := g.members[name]; m != nil && m.rev != 0 && !m.left {
+		if m := g.members[name]; m != nil && m.rev != 0 && !m.left && !m.evicted {
 			for _, p := range ps {
 				want[p] = m
 			}
