@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -279,12 +278,6 @@ func (e *eng) drain(ctx context.Context, skipStalled bool) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			if os.Getenv("JSDEBUG") != "" {
-				for _, tg := range left {
-					ci, err := tg.g.consumers[tg.p].Info(context.Background())
-					fmt.Fprintf(os.Stderr, "DEBUG %s p%d end %d: %+v %v slot phase %d holds %d worker %v\n", tg.g.name, tg.p, tg.end, ci, err, tg.g.slots[tg.p].phase, tg.g.slots[tg.p].holds, tg.g.slots[tg.p].worker != nil)
-				}
-			}
 			var names []string
 			for _, tg := range left {
 				names = append(names, fmt.Sprintf("group %q partition %d", tg.g.name, tg.p))
