@@ -56,13 +56,15 @@
 //	commit after nil                      DoubleAck; an ack that fails on the client may still
 //	                                        have committed: handlers must be idempotent
 //	Seek, Replay, StartAt (offset, time)  exact, by resetting the consumer (time: the server's)
-//	Pause / Resume                        the server's consumer pause: acts across processes
+//	Pause / Resume                        the server's consumer pause: acts across processes (a
+//	                                        broker that paused follows another's Resume within
+//	                                        MemberTTL/3)
 //	Lag, Committed                        the server's pending counts and ack floor
 //	Message.Created, MaxAge               the server's clock; WithClock is refused (ErrInvalid)
 //	Message.ID                            "<stream>-<sequence>"; WithIDs is refused (ErrInvalid)
 //	DropOldest                            discard-old; Dropped counts evictions while MaxAge is 0
-//	Block, BlockTimeout, ErrBackpressure  discard-new: a full partition first purges what every
-//	                                        group committed; when nothing can go, the publisher
+//	Block, BlockTimeout, ErrBackpressure  discard-new: a full partition first purges its oldest
+//	                                        record if every group committed it; if not, the publisher
 //	                                        retries (1–20ms apart) until BlockTimeout, then fails
 //	                                        naming the slowest group. A partition no group reads
 //	                                        drops its oldest record instead. Approximate: measured
@@ -70,13 +72,19 @@
 //	MaxBytes                              the server's byte limit, which counts headers and
 //	                                        subject too
 //	counters                              Reclaimed, Dropped (with MaxAge), Blocked, TimedOut,
-//	                                        Delivered, Retried, DeadLettered count this process
-//	                                        only; Expired and Skipped are not counted
-//	a Stream delivery given back          counts as a delivery (Attempt+1): no GiveBack
+//	                                        Delivered, Retried, DeadLettered, Skipped count what
+//	                                        this process saw; Expired is not counted
+//	a Stream delivery given back unread   same Attempt within a broker (GiveBack); counts one
+//	                                        when it goes to another broker or at Close
 //	Drain                                 waits for the groups this broker joined, polling the
 //	                                        server every 20ms (local commits wake it at once)
 //	Close(ctx)                            as documented; ShutdownError names this broker's
-//	                                        groups' partitions
+//	                                        groups' partitions; reads after Close answer from
+//	                                        what Close saw last
+//	membership                            a consumer name is one member across brokers: joining
+//	                                        with a name another broker holds is ErrSubscription,
+//	                                        and so is a name whose broker crashed, until its key
+//	                                        expires (MemberTTL)
 //
 // A partition's worker acts on Pause, Seek, Replay, a rebalance and Close
 // between pulls, so on an idle partition they wait up to the poll wait
@@ -84,6 +92,6 @@
 // what keeps order; it bounds a partition to a few thousand records a
 // second on loopback.
 //
-// The engine declares none of the optional capabilities of
-// internal/engine: see eng.Capabilities for why each is missing.
+// Of the optional capabilities of internal/engine the engine declares
+// GiveBack only: see eng.Capabilities for why each other is missing.
 package jetstream

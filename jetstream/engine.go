@@ -127,14 +127,18 @@ type groupKey struct{ topic, group string }
 
 var _ engine.Engine = (*eng)(nil)
 
-// Capabilities: none of the optional promises. The server stamps records
-// (no InjectedClock) and names them by stream sequence (no CustomIDs);
-// Block is the client's bounded wait over the server's discard-new limit,
-// with room made by purging what every group committed, but measured from
-// the server's ack floors rather than exact (no ExactBlock, no
-// ReclaimOnCommit); a delivery given back counts as one (no GiveBack); and
-// the nats.go client cannot run in a synctest bubble (no VirtualTime).
-func (e *eng) Capabilities() engine.Capabilities { return 0 }
+// Capabilities: GiveBack only. A delivery given back before the consumer
+// received it (ErrNotDelivered) is kept by the partition's worker and
+// delivered next with the same Attempt, also to the next local owner; it
+// goes back to the server, and so counts, only when the broker closes or
+// the partition moves to another broker. The server stamps records (no
+// InjectedClock) and names them by stream sequence (no CustomIDs). Block
+// frees committed records one at a time, as the in-memory engine does,
+// but waits by polling the server's ack floors, so a blocked publisher
+// gets room within a poll of the slowest group's commit, not at once, and
+// NewRecord reuses no buffers (no ExactBlock, no ReclaimOnCommit). The
+// nats.go client cannot run in a synctest bubble (no VirtualTime).
+func (e *eng) Capabilities() engine.Capabilities { return engine.GiveBack }
 
 func (e *eng) State() engine.State {
 	e.mu.Lock()

@@ -41,6 +41,7 @@ type group struct {
 	members  map[string]*member
 	assign   map[string][]int // the last assignment computed, of every live member
 	paused   bool             // Pause holds every slot
+	pausedOn bool             // and the server confirmed the pause: from then on a resume by another broker releases the holds
 	closed   bool             // shutdown began
 	loopStop chan struct{}    // nil until the first local member joins
 	loopDone chan struct{}
@@ -81,6 +82,7 @@ type member struct {
 	onLeave func()
 	rev     uint64 // of its membership key
 	left    bool
+	evicted bool // its key expired and another broker took the name: it owns nothing
 }
 
 // storedSpec is what a group's consumers carry in their metadata, so that
@@ -328,9 +330,23 @@ func (g *group) join(ctx context.Context, consumer string, h engine.Handler, onL
 }
 
 // loop heartbeats the local members and reconciles the assignment with
-// the live membership, every tick and whenever woken, until stop closes.
+// the live membership: whenever a membership key or the group's deal
+// changes on the server (watched), whenever woken, and every tick (which
+// also catches keys that expired), until stop closes.
 func (g *group) loop(stop, done chan struct{}) {
 	defer close(done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	prefix := g.e.names.memberPrefix(g.t.name, g.name)
+	var members, deals <-chan natsjs.KeyValueEntry
+	if w, err := g.e.kv.WatchFiltered(ctx, []string{prefix + "*"}, natsjs.UpdatesOnly(), natsjs.MetaOnly()); err == nil {
+		defer w.Stop()
+		members = w.Updates()
+	}
+	if w, err := g.e.deals.Watch(ctx, prefix+"deal", natsjs.UpdatesOnly(), natsjs.MetaOnly()); err == nil {
+		defer w.Stop()
+		deals = w.Updates()
+	}
 	beatEvery := g.e.cfg.memberTTL / 3
 	tick := time.NewTicker(min(100*time.Millisecond, beatEvery))
 	defer tick.Stop()
@@ -340,9 +356,18 @@ func (g *group) loop(stop, done chan struct{}) {
 		case <-stop:
 			return
 		case <-g.wake:
+		case _, ok := <-members:
+			if !ok {
+				members = nil
+			}
+		case _, ok := <-deals:
+			if !ok {
+				deals = nil
+			}
 		case <-tick.C:
 			if time.Since(lastBeat) >= beatEvery {
 				g.heartbeat()
+				g.followResume()
 				lastBeat = time.Now()
 			}
 		}
@@ -367,11 +392,14 @@ func (g *group) heartbeat() {
 		if err != nil {
 			rev, err = g.e.kv.Create(ctx, m.key, []byte(g.e.instance))
 		}
-		if err == nil {
-			g.mu.Lock()
-			m.rev = rev
-			g.mu.Unlock()
+		g.mu.Lock()
+		switch {
+		case err == nil:
+			m.rev, m.evicted = rev, false
+		case errors.Is(err, natsjs.ErrKeyExists):
+			m.evicted = true
 		}
+		g.mu.Unlock()
 	}
 }
 
@@ -423,7 +451,7 @@ func (g *group) reconcile() {
 	g.assign = assign
 	want := make([]*member, g.t.parts)
 	for name, ps := range assign {
-		if m := g.members[name]; m != nil && m.rev != 0 && !m.left {
+		if m := g.members[name]; m != nil && m.rev != 0 && !m.left && !m.evicted {
 			for _, p := range ps {
 				want[p] = m
 			}
@@ -448,6 +476,12 @@ func (g *group) exited(w *worker) {
 	if w.s.worker == w {
 		w.s.worker = nil
 	}
+	var giveBack natsjs.Msg
+	if g.closed { // a record kept for the next local worker goes back to the server
+		w.s.mu.Lock()
+		giveBack, w.s.pending = w.s.pending, nil
+		w.s.mu.Unlock()
+	}
 	keep := false
 	for name, ps := range g.assign {
 		if m := g.members[name]; m != nil && !m.left && slices.Contains(ps, w.s.p) && !g.closed {
@@ -455,6 +489,9 @@ func (g *group) exited(w *worker) {
 		}
 	}
 	g.mu.Unlock()
+	if giveBack != nil {
+		_ = giveBack.Nak()
+	}
 	if !keep && !w.crashed() {
 		ctx, cancel := g.e.ctx()
 		_ = g.t.streams[w.s.p].UnpinConsumer(ctx, g.e.names.consumer(g.name, w.s.p), priorityGroup)
@@ -562,12 +599,40 @@ func (g *group) Pause(ctx context.Context) error {
 			return g.e.ctxErr(ctx, fmt.Errorf("partition %d: %w", p, err))
 		}
 	}
+	g.mu.Lock()
+	g.pausedOn = g.paused
+	g.mu.Unlock()
 	for _, s := range g.slots {
 		if err := s.waitIdle(ctx, false); err != nil {
 			return fmt.Errorf("deliveries in flight go on: %w", err)
 		}
 	}
 	return nil
+}
+
+// followResume releases this broker's holds when the group was paused
+// here but another broker resumed it on the server.
+func (g *group) followResume() {
+	g.mu.Lock()
+	on := g.pausedOn
+	g.mu.Unlock()
+	if !on {
+		return
+	}
+	ctx, cancel := g.e.ctx()
+	info, err := g.consumers[0].Info(ctx)
+	cancel()
+	if err != nil || info.Paused {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.paused && g.pausedOn {
+		g.paused, g.pausedOn = false, false
+		for _, s := range g.slots {
+			s.unhold()
+		}
+	}
 }
 
 // Resume resumes the group's consumers on the server.
@@ -586,7 +651,7 @@ func (g *group) Resume(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.paused {
-		g.paused = false
+		g.paused, g.pausedOn = false, false
 		for _, s := range g.slots {
 			s.unhold()
 		}
@@ -783,21 +848,38 @@ func (g *group) unfinished(ctx context.Context) []engine.Unfinished {
 	return out
 }
 
-// leaveAll removes every local member, for Close: keys deleted, onLeave
-// called.
+// leaveAll removes every local member, for Close: keys deleted, and
+// onLeave called once the member's workers have exited (at once, unless a
+// handler Close gave up on still runs).
 func (g *group) leaveAll(ctx context.Context) {
 	g.mu.Lock()
 	ms := make([]*member, 0, len(g.members))
+	done := map[*member][]<-chan struct{}{}
 	for _, m := range g.members {
 		m.left = true
 		ms = append(ms, m)
+	}
+	for _, s := range g.slots {
+		if w := s.worker; w != nil {
+			done[w.m] = append(done[w.m], w.done)
+		}
 	}
 	clear(g.members)
 	g.mu.Unlock()
 	for _, m := range ms {
 		_ = g.e.kv.Delete(ctx, m.key)
-		if m.onLeave != nil {
+		if m.onLeave == nil {
+			continue
+		}
+		all := waitAll(done[m])
+		select {
+		case <-all:
 			m.onLeave()
+		default:
+			go func() { // exits when the member's last worker has
+				<-all
+				m.onLeave()
+			}()
 		}
 	}
 }

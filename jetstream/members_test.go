@@ -1,358 +1,260 @@
-package jetstream_test
+package jetstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/logbus/logbus/codec"
-	"github.com/logbus/logbus/jetstream"
 	"github.com/logbus/logbus/pubsub"
-	"github.com/logbus/logbus/pubsub/pubsubtest"
 	"github.com/nats-io/nats.go"
 )
 
-// These tests run several members of one group, each a broker on a
-// connection of its own to one embedded server, as separate processes
-// would be, and check what the group did with pubsubtest.History.
-//
-// They run on real time: the nats.go client cannot run in a synctest
-// bubble. Every wait is a barrier (Drain, a channel) except where the
-// server's own timers decide (a member's TTL, AckWait): there it polls the
-// group's Assignment with a deadline.
+// history records every handler call of a group across brokers, and fails
+// the test when two calls for one partition overlap.
+type history struct {
+	t    *testing.T
+	busy [4]atomic.Int32
 
-const (
-	membersTopic      = "orders"
-	membersGroup      = "billing"
-	membersPartitions = 6
-	// settleTimeout bounds waiting for the group to settle after a join, a
-	// leave or a crash: a few member TTLs and AckWaits, with room for a
-	// loaded machine.
-	settleTimeout = 20 * time.Second
-)
+	mu    sync.Mutex
+	calls map[string][]call // by value
+	order [4][]string       // consumers in the order they handled each partition
+	done  map[string]bool
+	n     int
+	more  chan struct{} // closed and replaced when a value is handled for the first time
+}
 
-// membersOptions make failure detection quick: a crashed member's
-// partitions move about one TTL after its last heartbeat, and the record it
-// was handling comes again after AckWait.
-func membersOptions() []jetstream.Option {
-	return []jetstream.Option{
-		jetstream.WithMemberTTL(500 * time.Millisecond),
-		jetstream.WithAckWait(time.Second),
-		jetstream.WithPollWait(50 * time.Millisecond),
+type call struct {
+	consumer  string
+	partition int
+	attempt   int
+}
+
+func newHistory(t *testing.T) *history {
+	return &history{t: t, calls: map[string][]call{}, done: map[string]bool{}, more: make(chan struct{})}
+}
+
+func (h *history) handler(consumer string) pubsub.HandlerFunc[string] {
+	return func(_ context.Context, m pubsub.Message[string]) error {
+		if h.busy[m.Partition].Add(1) != 1 {
+			h.t.Errorf("%s: partition %d handled by two consumers at once", consumer, m.Partition)
+		}
+		defer h.busy[m.Partition].Add(-1)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.calls[m.Value] = append(h.calls[m.Value], call{consumer, m.Partition, m.Attempt})
+		h.order[m.Partition] = append(h.order[m.Partition], consumer)
+		if !h.done[m.Value] {
+			h.done[m.Value] = true
+			h.n++
+			close(h.more)
+			h.more = make(chan struct{})
+		}
+		return nil
 	}
 }
 
-// cluster is one embedded server and the members started on it.
-type cluster struct {
-	t    *testing.T
-	srv  *jetstream.Server
-	hist *pubsubtest.History
+// checkHandoffs fails the test when a partition went back to a consumer
+// that had handed it over: ownership moves once per rebalance, it does
+// not alternate.
+func (h *history) checkHandoffs() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for p, order := range h.order {
+		left := map[string]bool{}
+		for i := 1; i < len(order); i++ {
+			if order[i] != order[i-1] {
+				left[order[i-1]] = true
+				if left[order[i]] {
+					h.t.Errorf("partition %d went back to %s after it handed it over", p, order[i])
+				}
+			}
+		}
+	}
 }
 
-func newCluster(t *testing.T) *cluster {
-	t.Helper()
-	// TestMain checks for leaked goroutines once every test ended: the
-	// server and every member are closed at cleanup.
-	srv, err := jetstream.StartServer(t.TempDir())
+// waitFor waits until n distinct values were handled, or ctx ends.
+func (h *history) waitFor(ctx context.Context, n int) error {
+	for {
+		h.mu.Lock()
+		got, more := h.n, h.more
+		h.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-more:
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d values handled: %w", got, n, ctx.Err())
+		}
+	}
+}
+
+// TestTwoBrokersShareAGroup runs one group over two brokers, each on its
+// own connection to the server, as two processes would: ownership is
+// exclusive and balanced, a clean join redelivers nothing, and when one
+// broker's connection dies the other takes over its partitions with
+// nothing lost and every repeat explained by its attempt number.
+func TestTwoBrokersShareAGroup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := testOptions()
+	conn := func() *nats.Conn {
+		nc, err := testServer.Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	nc1, nc2 := conn(), conn()
+	e1, err := Connect(nc1, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(srv.Shutdown)
-	return &cluster{t: t, srv: srv, hist: pubsubtest.NewHistory()}
-}
-
-// member is one broker of the group.
-type member struct {
-	name  string
-	nc    *nats.Conn
-	b     *pubsub.Broker
-	topic *pubsub.Topic[string, string]
-	group *pubsub.Group[string] // nil for a publisher
-}
-
-// connect starts a broker named name on a connection of its own (TCP on
-// loopback) with the topic opened; it is closed at the end of the test.
-func (c *cluster) connect(name string) *member {
-	c.t.Helper()
-	nc, err := nats.Connect(c.srv.URL(), nats.Name(name), nats.NoReconnect())
+	e2, err := Connect(nc2, opts...)
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
-	eng, err := jetstream.Connect(nc, membersOptions()...)
-	if err != nil {
-		nc.Close()
-		c.t.Fatal(err)
-	}
-	b := pubsub.NewBroker(pubsub.WithEngine(eng))
-	m := &member{name: name, nc: nc, b: b}
-	c.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := b.Close(ctx); err != nil && !nc.IsClosed() {
-			c.t.Errorf("closing %s: %v", name, err)
-		}
-		nc.Close()
-	})
-	if err := b.Err(); err != nil {
-		c.t.Fatal(err)
-	}
-	m.topic, err = pubsub.NewTopic(b, membersTopic, codec.String(), codec.String(), pubsub.WithPartitions(membersPartitions))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return m
-}
-
-// join starts a member that subscribes to the group with h, observed in
-// the cluster's History.
-func (c *cluster) join(name string, h pubsub.Handler[string]) *member {
-	c.t.Helper()
-	m := c.connect(name)
-	g, err := m.topic.Subscribe(membersGroup, name, pubsubtest.Observe(c.hist, membersTopic, membersGroup, name, h))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	m.group = g
-	return m
-}
-
-// owned is what m's broker says m owns.
-func (m *member) owned() []int {
-	ps := slices.Clone(m.group.Assignment()[m.name])
-	slices.Sort(ps)
-	return ps
-}
-
-// waitBalanced polls until the members own every partition between them,
-// each exactly once, as evenly as possible (counts differ by at most one),
-// and fails the test after settleTimeout. Polling is the only way here:
-// when a crashed member's partitions move is decided by the server's TTLs.
-func (c *cluster) waitBalanced(members ...*member) {
-	c.t.Helper()
-	deadline := time.Now().Add(settleTimeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		owners := map[int]int{}
-		lo, hi := membersPartitions, 0
-		for _, m := range members {
-			ps := m.owned()
-			lo, hi = min(lo, len(ps)), max(hi, len(ps))
-			for _, p := range ps {
-				owners[p]++
-			}
-		}
-		exclusive := len(owners) == membersPartitions
-		for _, n := range owners {
-			exclusive = exclusive && n == 1
-		}
-		if exclusive && hi-lo <= 1 {
-			return
-		}
-		if time.Now().After(deadline) {
-			var got []string
-			for _, m := range members {
-				got = append(got, fmt.Sprintf("%s=%v", m.name, m.owned()))
-			}
-			c.t.Fatalf("not balanced after %v: %v", settleTimeout, got)
-		}
-		<-tick.C
-	}
-}
-
-// publish publishes n records from m, keyed over 24 customers, and logs
-// them in the History; values say which record they are.
-func (c *cluster) publish(m *member, from, n int) {
-	c.t.Helper()
-	for i := from; i < from+n; i++ {
-		pos, err := m.topic.Publish(context.Background(), fmt.Sprintf("customer-%02d", i%24), fmt.Sprintf("order-%04d", i))
+	b1, b2 := brokerOn(t, e1), brokerOn(t, e2)
+	topic := func(b *pubsub.Broker) *pubsub.Topic[string, string] {
+		tp, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(4))
 		if err != nil {
-			c.t.Errorf("publish %d: %v", i, err)
-			return
+			t.Fatal(err)
 		}
-		c.hist.Published(membersTopic, pos)
+		return tp
+	}
+	t1, t2 := topic(b1), topic(b2)
+	h := newHistory(t)
+	g1, err := t1.Subscribe("billing", "c1", h.handler("c1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := t2.Subscribe("billing", "c2", h.handler("c2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asg := g2.Assignment()
+	if len(asg["c1"]) != 2 || len(asg["c2"]) != 2 {
+		t.Errorf("assignment %v, want two partitions each", asg)
+	}
+	// b1 learns of c2 from the server: a watch, so within milliseconds.
+	// Nothing local can signal it, so this waits on the view itself.
+	agree := func() bool { return fmt.Sprint(g1.Assignment()) == fmt.Sprint(asg) }
+	tick := time.NewTicker(5 * time.Millisecond)
+	for !agree() {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("b1's assignment %v never became b2's %v", g1.Assignment(), asg)
+		}
+	}
+	tick.Stop()
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			if _, err := t1.Publish(ctx, fmt.Sprint("key-", i%16), fmt.Sprint("v", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(0, 200)
+	if err := h.waitFor(ctx, 200); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	for v, calls := range h.calls {
+		if len(calls) != 1 {
+			t.Errorf("%s handled %d times after a clean join, want once: %+v", v, len(calls), calls)
+		}
+	}
+	h.mu.Unlock()
+	h.checkHandoffs()
+
+	// c2's process dies: its connection closes without a goodbye.
+	nc2.Close()
+	publish(200, 300)
+	if err := h.waitFor(ctx, 300); err != nil {
+		t.Fatal(err)
+	}
+	if err := b1.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for v, calls := range h.calls {
+		for i := 1; i < len(calls); i++ {
+			if calls[i].attempt <= calls[i-1].attempt {
+				t.Errorf("%s handled again with attempt %d after attempt %d: an unexplained redelivery (%+v)",
+					v, calls[i].attempt, calls[i-1].attempt, calls)
+			}
+		}
+	}
+	if asg := g1.Assignment(); len(asg["c1"]) != 4 {
+		t.Errorf("assignment after c2 died: %v, want c1 to own all 4", asg)
 	}
 }
 
-// drain waits, on m's broker, until the group has committed everything.
-func drain(t *testing.T, m *member) {
-	t.Helper()
+// TestPauseAndResumeAcrossBrokers pauses a group from one broker and
+// resumes it from the other: the pause stops both (it is the server's),
+// and the resume releases the broker that paused, too.
+func TestPauseAndResumeAcrossBrokers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := m.b.Drain(ctx); err != nil {
-		t.Fatalf("drain on %s: %v", m.name, err)
-	}
-}
-
-// check fails the test with the History's violations.
-func (c *cluster) check() pubsubtest.Report {
-	c.t.Helper()
-	rep := c.hist.Check()
-	if err := rep.Err(); err != nil {
-		for _, e := range c.hist.Events() {
-			c.t.Log(e)
+	opts := testOptions()
+	b1, b2 := brokerOn(t, testServer.Engine(opts...)), brokerOn(t, testServer.Engine(opts...))
+	topic := func(b *pubsub.Broker) *pubsub.Topic[string, string] {
+		tp, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2))
+		if err != nil {
+			t.Fatal(err)
 		}
-		c.t.Fatal(err)
+		return tp
 	}
-	return rep
-}
-
-// deliveriesBy counts the History's deliveries per consumer.
-func (c *cluster) deliveriesBy() map[string]int {
-	n := map[string]int{}
-	for _, e := range c.hist.Events() {
-		if e.Kind == pubsubtest.Start {
-			n[e.Consumer]++
-		}
-	}
-	return n
-}
-
-// work is a handler that takes a little time, as real work does, so that
-// joins and leaves find deliveries in flight.
-var work = pubsub.HandlerFunc[string](func(ctx context.Context, _ pubsub.Message[string]) error {
-	t := time.NewTimer(200 * time.Microsecond)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-})
-
-// Two members, then three, then two again, while records flow: ownership
-// is exclusive and balanced after each change, and a clean join or leave
-// redelivers nothing.
-func TestMembersJoinAndLeaveCleanly(t *testing.T) {
-	c := newCluster(t)
-	pub := c.connect("publisher")
-	a := c.join("a", work)
-	c.waitBalanced(a)
-
-	const batch = 300
-	flow := func(round int) <-chan struct{} {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			c.publish(pub, round*batch, batch)
-		}()
-		return done
-	}
-
-	published := flow(0)
-	b := c.join("b", work)
-	c.waitBalanced(a, b)
-	<-published
-
-	published = flow(1)
-	m3 := c.join("c", work)
-	c.waitBalanced(a, b, m3)
-	<-published
-
-	published = flow(2)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := b.group.Leave(ctx, "b"); err != nil {
+	t1, t2 := topic(b1), topic(b2)
+	h := newHistory(t)
+	g1, err := t1.Subscribe("billing", "c1", h.handler("c1"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	c.waitBalanced(a, m3)
-	<-published
-
-	c.publish(pub, 3*batch, batch)
-	drain(t, a)
-	rep := c.check()
-	if rep.Published != 4*batch {
-		t.Errorf("published %d, want %d", rep.Published, 4*batch)
+	g2, err := t2.Subscribe("billing", "c2", h.handler("c2"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if n := rep.Redelivered(); n != 0 {
-		t.Errorf("%d redeliveries (%v); a clean join or leave redelivers nothing", n, rep.Redeliveries)
+	if err := g1.Pause(ctx); err != nil {
+		t.Fatal(err)
 	}
-	by := c.deliveriesBy()
-	t.Logf("%d deliveries of %d records, by member %v; redeliveries %v", rep.Deliveries, rep.Published, by, rep.Redeliveries)
-	for _, name := range []string{"a", "b", "c"} {
-		if by[name] == 0 {
-			t.Errorf("deliveries by member %v: %s handled nothing", by, name)
+	for i := range 20 {
+		if _, err := t2.Publish(ctx, fmt.Sprint("key-", i), fmt.Sprint("v", i)); err != nil {
+			t.Fatal(err)
 		}
 	}
-}
-
-// A member whose connection dies while its handler runs: the others take
-// over its partitions, nothing is lost, and the record it was handling
-// comes again with a higher attempt.
-func TestMemberKilledMidHandler(t *testing.T) {
-	for _, members := range []int{2, 3} {
-		t.Run(fmt.Sprintf("members=%d", members), func(t *testing.T) {
-			c := newCluster(t)
-			pub := c.connect("publisher")
-
-			// The victim's handler blocks on its 20th delivery until the
-			// test has cut its connection.
-			var calls atomic.Int64
-			stuck, release := make(chan pubsub.Message[string], 1), make(chan struct{})
-			victimHandler := pubsub.HandlerFunc[string](func(ctx context.Context, msg pubsub.Message[string]) error {
-				if calls.Add(1) == 20 {
-					stuck <- msg
-					<-release
-				}
-				return work(ctx, msg)
-			})
-			var releaseOnce sync.Once
-			t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
-
-			victim := c.join("victim", victimHandler)
-			survivors := []*member{}
-			for i := range members - 1 {
-				survivors = append(survivors, c.join(fmt.Sprintf("s%d", i+1), work))
-			}
-			c.waitBalanced(append([]*member{victim}, survivors...)...)
-
-			// Records flow while the victim dies, so that its other
-			// partitions have deliveries in flight too.
-			const n = 600
-			published := make(chan struct{})
-			go func() {
-				defer close(published)
-				c.publish(pub, 0, n)
-			}()
-			var inFlight pubsub.Message[string]
-			select {
-			case inFlight = <-stuck:
-			case <-time.After(settleTimeout):
-				t.Fatal("the victim never reached its 20th delivery")
-			}
-			victim.nc.Close() // the process dies: no ack, no heartbeat
-			c.hist.Crashed("victim")
-			releaseOnce.Do(func() { close(release) })
-			<-published
-
-			c.waitBalanced(survivors...)
-			drain(t, survivors[0])
-			rep := c.check()
-			if rep.Published != n {
-				t.Errorf("published %d, want %d", rep.Published, n)
-			}
-			t.Logf("%d deliveries of %d records, by member %v; redeliveries %v; in flight at the crash: %d@%d",
-				rep.Deliveries, rep.Published, c.deliveriesBy(), rep.Redeliveries, inFlight.Partition, inFlight.Offset)
-			if rep.Redeliveries["attempt"] == 0 {
-				t.Errorf("redeliveries %v: the record in flight at the crash did not come again", rep.Redeliveries)
-			}
-			// The record in flight came again, to a survivor, one attempt on.
-			again := false
-			for _, e := range c.hist.Events() {
-				if e.Kind == pubsubtest.Start && e.Partition == inFlight.Partition && e.Offset == inFlight.Offset &&
-					e.Consumer != "victim" && e.Attempt == inFlight.Attempt+1 {
-					again = true
-				}
-			}
-			if !again {
-				t.Errorf("%d@%d (attempt %d), in flight at the crash, was not delivered to a survivor with attempt %d",
-					inFlight.Partition, inFlight.Offset, inFlight.Attempt, inFlight.Attempt+1)
-			}
-		})
+	if err := b2.Drain(ctx); !errors.Is(err, pubsub.ErrStalled) {
+		t.Errorf("Drain of the other broker while paused: got %v, want ErrStalled", err)
+	}
+	if lag := g2.Lag(); lag != 20 {
+		t.Errorf("Lag while paused: %d, want 20", lag)
+	}
+	if err := g2.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.waitFor(ctx, 20); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []*pubsub.Broker{b1, b2} {
+		if err := b.Drain(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	byConsumer := map[string]int{}
+	for _, calls := range h.calls {
+		byConsumer[calls[0].consumer]++
+	}
+	if byConsumer["c1"] == 0 || byConsumer["c2"] == 0 {
+		t.Errorf("handled by %v, want both brokers to resume (the one that paused included)", byConsumer)
 	}
 }

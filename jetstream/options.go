@@ -71,7 +71,8 @@ func WithAckWait(d time.Duration) Option { return optionFunc(func(c *config) { c
 // WithMemberTTL sets how long a consumer stays a member of its group
 // without a heartbeat, overriding 5s. Heartbeats go every TTL/3. It is
 // also the server's pin TTL: a crashed process's partitions move to the
-// remaining members about one TTL after its last heartbeat.
+// remaining members about one TTL after its last heartbeat. Brokers that
+// share a prefix must use the same TTL: it is the membership bucket's.
 func WithMemberTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.memberTTL = d }) }
 
 // WithPollWait sets how long one pull for a partition's next record waits

@@ -248,9 +248,10 @@ func isFull(err error) bool {
 	return strings.Contains(s, "maximum messages exceeded") || strings.Contains(s, "maximum bytes exceeded")
 }
 
-// reclaim makes room in full partition p: it purges the records every
-// group has committed past (counted as reclaimed), or, when no group
-// reads the partition, its oldest record (counted as dropped). It returns
+// reclaim makes room in full partition p: it purges its oldest record
+// when every group has committed past it (counted as reclaimed), or when
+// no group reads the partition (counted as dropped). That costs three
+// requests per publish to a full partition. It returns
 // how many records it freed and the group with the lowest ack floor.
 func (t *topic) reclaim(ctx context.Context, p int) (int64, string, error) {
 	s := t.streams[p]
@@ -286,15 +287,16 @@ func (t *topic) reclaim(ctx context.Context, p int) (int64, string, error) {
 		t.counts[p].dropped.Add(n)
 		return n, "", nil
 	}
-	if floor+1 <= first {
+	if floor < first {
 		return 0, slowest, nil
 	}
-	if err := s.Purge(ctx, natsjs.WithPurgeSequence(floor+1)); err != nil {
+	// One record, the oldest, as the in-memory engine frees them: the
+	// records every group committed stay for replay until room is needed.
+	if err := s.Purge(ctx, natsjs.WithPurgeSequence(first+1)); err != nil {
 		return 0, slowest, err
 	}
-	n := int64(floor + 1 - first)
-	t.counts[p].reclaimed.Add(n)
-	return n, slowest, nil
+	t.counts[p].reclaimed.Add(1)
+	return 1, slowest, nil
 }
 
 // AppendBatch publishes each run of records asynchronously and waits for

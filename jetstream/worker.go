@@ -141,6 +141,7 @@ type worker struct {
 	s    *slot
 	m    *member
 	once sync.Once
+	pre  *pull         // the next pull, opened before the last ack; only run touches it
 	stop chan struct{} // closed by signalStop
 	done chan struct{} // closed when run returns
 }
@@ -191,37 +192,48 @@ func (w *worker) run() {
 	}()
 	s := w.s
 	for {
-		s.mu.Lock()
-		for s.holds > 0 && !w.stopping() {
-			s.phase = parked
-			s.signal()
-			ch := s.changed
-			s.mu.Unlock()
-			select {
-			case <-ch:
-			case <-w.stop:
-			}
+		var msg natsjs.Msg
+		var err error
+		var epoch uint64
+		if w.pre != nil { // a pull opened before the last ack: collect it first, whatever happened since
+			msg, err = w.pre.collect()
+			epoch = w.pre.epoch
+			w.pre = nil
+		} else {
 			s.mu.Lock()
-		}
-		if w.stopping() {
-			s.mu.Unlock()
-			return
-		}
-		if msg, epoch := s.pending, s.pendingEpoch; msg != nil {
-			s.pending = nil
-			s.mu.Unlock()
-			if revoked, ok := w.await(msg, epoch); ok {
-				w.deliver(msg, revoked)
-				s.setPhase(parked)
+			for s.holds > 0 && !w.stopping() {
+				s.phase = parked
+				s.signal()
+				ch := s.changed
+				s.mu.Unlock()
+				select {
+				case <-ch:
+				case <-w.stop:
+				}
+				s.mu.Lock()
 			}
-			continue
+			if w.stopping() {
+				s.mu.Unlock()
+				return
+			}
+			if msg, epoch := s.pending, s.pendingEpoch; msg != nil {
+				s.pending = nil
+				s.mu.Unlock()
+				if revoked, ok := w.await(msg, epoch); ok {
+					if w.deliver(msg, revoked) {
+						w.keepGivenBack(msg, epoch)
+						continue
+					}
+					w.afterDelivery()
+				}
+				continue
+			}
+			s.phase = fetching
+			s.signal()
+			epoch = s.epoch
+			s.mu.Unlock()
+			msg, err = w.open().collect()
 		}
-		s.phase = fetching
-		s.signal()
-		epoch := s.epoch
-		s.mu.Unlock()
-
-		msg, err := w.fetch()
 		if msg == nil {
 			s.setPhase(parked)
 			if err != nil && !w.pause(w.g.e.cfg.pollWait) {
@@ -233,8 +245,102 @@ func (w *worker) run() {
 		if !ok {
 			continue
 		}
-		w.deliver(msg, revoked)
-		s.setPhase(parked)
+		if w.deliver(msg, revoked) {
+			w.keepGivenBack(msg, epoch)
+			continue
+		}
+		w.afterDelivery()
+	}
+}
+
+// keepGivenBack keeps a delivery the consumer gave back before receiving
+// it (a Stream that is closing, or was revoked before anyone received it) for
+// the partition's next delivery, without telling the server: so its
+// Attempt does not count up, and a consumer that keeps giving back does
+// not burn attempts in a loop. The worker then waits for what made the
+// consumer give it back to change (a stop, a hold, a reset), at most a
+// poll wait, before it tries again.
+func (w *worker) keepGivenBack(msg natsjs.Msg, epoch uint64) {
+	s := w.s
+	s.mu.Lock()
+	s.pending, s.pendingEpoch = msg, epoch
+	s.phase = parked
+	s.signal()
+	ch := s.changed
+	s.mu.Unlock()
+	t := time.NewTimer(w.g.e.cfg.pollWait)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-w.stop:
+	case <-t.C:
+	}
+}
+
+// afterDelivery sets the phase a delivery leaves the worker in: fetching
+// when it opened the next pull before its ack.
+func (w *worker) afterDelivery() {
+	if w.pre != nil {
+		w.s.setPhase(fetching)
+		return
+	}
+	w.s.setPhase(parked)
+}
+
+// pull is one open pull for the partition's next record.
+type pull struct {
+	batch natsjs.MessageBatch
+	err   error
+	abort <-chan struct{} // closed when Close gives up: stop waiting
+	epoch uint64          // the slot's epoch when it was opened
+}
+
+// open opens a pull that waits up to the poll wait on the server. The
+// client waits for the server's answer (FetchMaxWait gives it a second
+// more than the server takes), never cutting the pull short itself: a
+// record the server sends to an abandoned pull counts as delivered and
+// comes back only after AckWait, with Attempt+1. Only when Close gives up
+// does collect stop waiting.
+func (w *worker) open() *pull {
+	batch, err := w.g.consumers[w.s.p].Fetch(1, natsjs.FetchMaxWait(w.g.e.cfg.pollWait),
+		natsjs.FetchPriorityGroup(priorityGroup))
+	return &pull{batch: batch, err: err, abort: w.g.e.handlerCtx.Done()}
+}
+
+// collect waits for the pull's record: nil when there was none.
+func (p *pull) collect() (natsjs.Msg, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	msgs := p.batch.Messages()
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return nil, p.batch.Error()
+			}
+			if m != nil {
+				return m, nil
+			}
+		case <-p.abort:
+			return nil, context.Canceled
+		}
+	}
+}
+
+// prefetch opens the next pull before the current record is acked, when
+// nothing holds the partition: the server delivers the next record the
+// moment the ack lands (one in flight: MaxAckPending 1), which saves a
+// round trip per record.
+func (w *worker) prefetch() {
+	s := w.s
+	s.mu.Lock()
+	ok := s.holds == 0 && !w.stopping() && s.pending == nil
+	epoch := s.epoch
+	s.mu.Unlock()
+	if ok {
+		w.pre = w.open()
+		w.pre.epoch = epoch
 	}
 }
 
@@ -248,27 +354,6 @@ func (w *worker) pause(d time.Duration) bool {
 	case <-w.stop:
 		return false
 	}
-}
-
-// fetch pulls the partition's next record, waiting up to the poll wait.
-// The pull is cut short only when Close gives up: a record the server
-// sent to an abandoned pull counts as delivered and comes back only after
-// AckWait, with Attempt+1.
-func (w *worker) fetch() (natsjs.Msg, error) {
-	ctx, cancel := context.WithTimeout(w.g.e.handlerCtx, w.g.e.cfg.pollWait)
-	defer cancel()
-	batch, err := w.g.consumers[w.s.p].Fetch(1, natsjs.FetchContext(ctx), natsjs.FetchPriorityGroup(priorityGroup))
-	if err != nil {
-		return nil, err
-	}
-	var msg natsjs.Msg
-	for m := range batch.Messages() {
-		msg = m
-	}
-	if msg != nil {
-		return msg, nil
-	}
-	return nil, batch.Error()
 }
 
 // await holds msg while the slot is held (a pause, a reposition), keeping
@@ -345,12 +430,15 @@ func (w *worker) await(msg natsjs.Msg, epoch uint64) (<-chan struct{}, bool) {
 
 // deliver runs the handler on msg, keeping it alive on the server while
 // it runs, and settles the outcome.
-func (w *worker) deliver(msg natsjs.Msg, revoked <-chan struct{}) {
+// deliver reports whether the consumer gave the delivery back before it
+// received it (ErrNotDelivered), which the caller keeps for the next
+// delivery.
+func (w *worker) deliver(msg natsjs.Msg, revoked <-chan struct{}) (gaveBack bool) {
 	g := w.g
 	md, err := msg.Metadata()
 	if err != nil {
 		_ = msg.Nak()
-		return
+		return false
 	}
 	seq := md.Sequence.Stream
 	id := g.t.streams[w.s.p].CachedInfo().Config.Name + "-" + strconv.FormatUint(seq, 10)
@@ -391,9 +479,13 @@ func (w *worker) deliver(msg natsjs.Msg, revoked <-chan struct{}) {
 	close(stopKeep)
 	<-kept
 	if g.e.handlerCtx.Err() != nil {
-		return // Close gave up on this delivery: nothing is committed
+		return false // Close gave up on this delivery: nothing is committed
+	}
+	if errors.Is(herr, engine.ErrNotDelivered) {
+		return true
 	}
 	w.settle(msg, d, herr)
+	return false
 }
 
 // call runs the member's handler, turning a panic into a *PanicError.
@@ -414,6 +506,8 @@ func (w *worker) settle(msg natsjs.Msg, d *engine.Delivery, herr error) {
 	ctx, cancel := g.e.ctx()
 	defer cancel()
 	switch {
+	case errors.Is(herr, engine.ErrAbandoned): // received, then given back: it counts as an attempt
+		_ = msg.Nak()
 	case herr == nil:
 		// Counted even when the ack fails: the handler succeeded, and an
 		// ack the server refused (its record gone by retention) or whose
@@ -422,10 +516,9 @@ func (w *worker) settle(msg natsjs.Msg, d *engine.Delivery, herr error) {
 		// polls the server) sees the count too.
 		g.delivered.Add(1)
 		w.s.settled(d)
+		w.prefetch()
 		_ = msg.DoubleAck(ctx)
 		g.e.committed()
-	case errors.Is(herr, engine.ErrAbandoned):
-		_ = msg.Nak()
 	case errors.Is(herr, engine.ErrPermanent) || d.Attempt >= g.spec.Retry.MaxAttempts:
 		if err := g.deadLetter(ctx, msg, d, herr); err != nil {
 			_ = msg.NakWithDelay(g.spec.Retry.Delay(d.Attempt))
