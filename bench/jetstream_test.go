@@ -38,6 +38,9 @@ import (
 // in that many fail once (a Nak with a 5ms delay), to show what a retry
 // does to order.
 //
+// BenchmarkJetStreamBacklog does the same with delivery paused while the
+// records are published, timing the consumption alone.
+//
 // Metrics: msgs/s from the first publish to the last record handled (ns/op
 // is its inverse); p50-us and p99-us, publish → handler latency of a paced
 // run at half that rate after the timed one (1000 records, outside the
@@ -54,8 +57,9 @@ import (
 type jsWork struct {
 	storage    jetstream.StorageType
 	partitions int
-	inflight   int // MaxAckPending per partition
-	faultEvery int // 0: none; n: records whose seq%n == n-1 fail once
+	inflight   int  // MaxAckPending per partition
+	faultEvery int  // 0: none; n: records whose seq%n == n-1 fail once
+	backlog    bool // publish first, delivery paused; time the consumption alone
 }
 
 func (w jsWork) String() string {
@@ -192,18 +196,41 @@ func jsRecord(seq uint64, stamp bool) (key string, payload []byte) {
 // jsImpl is one way of doing the work: start sets up the server side and
 // the consumer, reporting every delivery to sink, and returns how to
 // publish one record and how to wait for every publish to be stored.
-type jsImpl func(b *testing.B, w jsWork, sink *jsSink) (publish func(key string, payload []byte) error, flush func() error)
+type jsImpl func(b *testing.B, w jsWork, sink *jsSink) jsClient
+
+// jsClient is what an implementation gives runJS: how to publish one
+// record, how to wait until every publish is stored, and how to stop and
+// restart delivery (server-side) for the backlog runs.
+type jsClient struct {
+	publish       func(key string, payload []byte) error
+	flush         func() error
+	pause, resume func() error
+}
 
 // runJS is the benchmark body shared by every implementation: b.N
 // records, timed from the first publish to the last handled, then a paced
-// latency run of jsLatencyN more.
+// latency run of jsLatencyN more. With w.backlog the records are published
+// while delivery is paused, and the clock runs from the resume: what the
+// consuming side alone can do.
 func runJS(b *testing.B, w jsWork, impl jsImpl) {
 	lat := min(jsLatencyN, b.N)
+	if w.backlog {
+		lat = 0 // the latency of a backlog is its queueing
+	}
 	sink := newJSSink(w, b.N+lat)
-	publish, flush := impl(b, w, sink)
+	c := impl(b, w, sink)
+	publish, flush := c.publish, c.flush
 
+	if w.backlog {
+		if err := c.pause(); err != nil {
+			b.Fatal(err)
+		}
+	}
 	b.ResetTimer()
 	start := time.Now()
+	if w.backlog {
+		b.StopTimer()
+	}
 	for i := range b.N {
 		key, payload := jsRecord(uint64(i), false)
 		if err := publish(key, payload); err != nil {
@@ -212,6 +239,13 @@ func runJS(b *testing.B, w jsWork, impl jsImpl) {
 	}
 	if err := flush(); err != nil {
 		b.Fatal(err)
+	}
+	if w.backlog {
+		b.StartTimer()
+		start = time.Now()
+		if err := c.resume(); err != nil {
+			b.Fatal(err)
+		}
 	}
 	// Completion of the first b.N: the sink counts them all, and the
 	// latency run's records are not published yet.
@@ -297,6 +331,23 @@ func BenchmarkJetStream(b *testing.B) {
 	}
 }
 
+// BenchmarkJetStreamBacklog times the consuming side alone: the records
+// are published while the group is paused on the server, and the clock
+// runs from the resume to the last record handled (as the spike's "drain
+// backlog" did). It compares one record in flight per partition with 1000,
+// where the producer's pace in BenchmarkJetStream may hide the difference.
+func BenchmarkJetStreamBacklog(b *testing.B) {
+	for _, inflight := range []int{1, 1000} {
+		for _, faults := range []int{0, 1000} {
+			w := jsWork{storage: jetstream.FileStorage, partitions: 4, inflight: inflight, faultEvery: faults, backlog: true}
+			b.Run("impl=raw/"+w.String(), func(b *testing.B) { runJS(b, w, rawJS(rawMode{})) })
+			if inflight == 1 {
+				b.Run("impl=logbus/"+w.String(), func(b *testing.B) { runJS(b, w, logbusJS(jsBatch)) })
+			}
+		}
+	}
+}
+
 // jsBatch is how many records the logbus-batch rows give PublishBatch at
 // once, as the program's -batch peers do.
 const jsBatch = 64
@@ -311,7 +362,7 @@ const jsBatch = 64
 // for each record's PubAck; otherwise with PublishBatch, batch records at
 // a time, whose PubAcks are awaited together.
 func logbusJS(batch int) jsImpl {
-	return func(b *testing.B, w jsWork, sink *jsSink) (func(string, []byte) error, func() error) {
+	return func(b *testing.B, w jsWork, sink *jsSink) jsClient {
 		env, err := startNATS(true)
 		if err != nil {
 			b.Fatal(err)
@@ -370,12 +421,14 @@ func logbusJS(batch int) jsImpl {
 		}
 
 		ctx := context.Background()
+		c := jsClient{flush: func() error { return nil },
+			pause: func() error { return g.Pause(ctx) }, resume: func() error { return g.Resume(ctx) }}
 		if batch == 1 {
-			publish := func(key string, payload []byte) error {
+			c.publish = func(key string, payload []byte) error {
 				_, err := pub.Publish(ctx, key, payload)
 				return err
 			}
-			return publish, func() error { return nil }
+			return c
 		}
 		entries := make([]pubsub.Entry[string, []byte], 0, batch)
 		flush := func() error {
@@ -386,14 +439,15 @@ func logbusJS(batch int) jsImpl {
 			entries = entries[:0]
 			return err
 		}
-		publish := func(key string, payload []byte) error {
+		c.flush = flush
+		c.publish = func(key string, payload []byte) error {
 			entries = append(entries, pubsub.Entry[string, []byte]{Key: key, Value: payload})
 			if len(entries) == batch {
 				return flush()
 			}
 			return nil
 		}
-		return publish, flush
+		return c
 	}
 }
 
@@ -421,12 +475,12 @@ func (m rawMode) String() string {
 // Fetch(1)); msg.Ack (or DoubleAck) after the handler, NakWithDelay on a
 // fault.
 func rawJS(mode rawMode) jsImpl {
-	return func(b *testing.B, w jsWork, sink *jsSink) (func(string, []byte) error, func() error) {
+	return func(b *testing.B, w jsWork, sink *jsSink) jsClient {
 		return rawJSRun(b, w, sink, mode)
 	}
 }
 
-func rawJSRun(b *testing.B, w jsWork, sink *jsSink, mode rawMode) (func(string, []byte) error, func() error) {
+func rawJSRun(b *testing.B, w jsWork, sink *jsSink, mode rawMode) jsClient {
 	env, err := startNATS(true)
 	if err != nil {
 		b.Fatal(err)
@@ -545,5 +599,25 @@ func rawJSRun(b *testing.B, w jsWork, sink *jsSink, mode rawMode) (func(string, 
 		}
 		return nil
 	}
-	return publish, flush
+	// Pause and resume the partitions' consumers on the server, as the
+	// engine's Pause and Resume do.
+	pauseAll := func(resume bool) error {
+		pctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for p := range w.partitions {
+			stream, consumer := "bench_p"+strconv.Itoa(p), "g_p"+strconv.Itoa(p)
+			var err error
+			if resume {
+				_, err = js.ResumeConsumer(pctx, stream, consumer)
+			} else {
+				_, err = js.PauseConsumer(pctx, stream, consumer, time.Now().Add(time.Hour))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return jsClient{publish: publish, flush: flush,
+		pause: func() error { return pauseAll(false) }, resume: func() error { return pauseAll(true) }}
 }
