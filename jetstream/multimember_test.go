@@ -2,6 +2,7 @@ package jetstream_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -109,10 +110,10 @@ func (c *cluster) connect(name string) *member {
 
 // join starts a member that subscribes to the group with h, observed in
 // the cluster's History.
-func (c *cluster) join(name string, h pubsub.Handler[string]) *member {
+func (c *cluster) join(name string, h pubsub.Handler[string], opts ...pubsub.SubscribeOption) *member {
 	c.t.Helper()
 	m := c.connect(name)
-	g, err := m.topic.Subscribe(membersGroup, name, pubsubtest.Observe(c.hist, membersTopic, membersGroup, name, h))
+	g, err := m.topic.Subscribe(membersGroup, name, pubsubtest.Observe(c.hist, membersTopic, membersGroup, name, h), opts...)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -354,5 +355,69 @@ func TestMemberKilledMidHandler(t *testing.T) {
 					inFlight.Partition, inFlight.Offset, inFlight.Attempt, inFlight.Attempt+1)
 			}
 		})
+	}
+}
+
+// A member whose connection dies while a record it failed waits for its
+// retry: a survivor gets the record, and its Attempt goes on from the
+// server's count (2), not from 1: attempts survive failover.
+func TestAttemptsSurviveFailover(t *testing.T) {
+	c := newCluster(t)
+	pub := c.connect("publisher")
+	retry := pubsub.WithGroupRetry(pubsub.RetryPolicy{MaxAttempts: 5, BaseDelay: time.Second, Multiplier: 1})
+
+	// The victim fails the first record it is given, once, and tells the
+	// test, which then cuts its connection while the retry waits.
+	failed := make(chan pubsub.Message[string], 1)
+	var first sync.Once
+	victimHandler := pubsub.HandlerFunc[string](func(ctx context.Context, msg pubsub.Message[string]) error {
+		var err error
+		first.Do(func() {
+			failed <- msg
+			err = errors.New("warehouse busy")
+		})
+		if err != nil {
+			return err
+		}
+		return work(ctx, msg)
+	})
+	victim := c.join("victim", victimHandler, retry)
+	survivor := c.join("survivor", work, retry)
+	c.waitBalanced(victim, survivor)
+
+	// The kill must come within the retry's backoff (1s): the publishes
+	// go on in the background meanwhile.
+	const n = 200
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		c.publish(pub, 0, n)
+	}()
+	var x pubsub.Message[string]
+	select {
+	case x = <-failed:
+	case <-time.After(settleTimeout):
+		t.Fatal("the victim was given nothing")
+	}
+	victim.nc.Close()
+	c.hist.Crashed("victim")
+	<-published
+
+	c.waitBalanced(survivor)
+	drain(t, survivor)
+	rep := c.check()
+	if rep.Published != n {
+		t.Errorf("published %d, want %d", rep.Published, n)
+	}
+	var attempts []int
+	for _, e := range c.hist.Events() {
+		if e.Kind == pubsubtest.Start && e.Consumer == "survivor" && e.Partition == x.Partition && e.Offset == x.Offset {
+			attempts = append(attempts, e.Attempt)
+		}
+	}
+	t.Logf("%d@%d failed by the victim at attempt %d; the survivor's attempts: %v; redeliveries %v",
+		x.Partition, x.Offset, x.Attempt, attempts, rep.Redeliveries)
+	if len(attempts) == 0 || attempts[0] != x.Attempt+1 {
+		t.Errorf("the survivor's attempts at %d@%d: %v, want the first to be %d", x.Partition, x.Offset, attempts, x.Attempt+1)
 	}
 }
