@@ -55,9 +55,9 @@ func defaultConfig() config {
 // with different prefixes share nothing. It is encoded like a topic name.
 func WithPrefix(p string) Option { return optionFunc(func(c *config) { c.prefix = p }) }
 
-// WithStorage sets where topics, dead letters and consumers are stored,
-// overriding FileStorage. It applies to streams this engine creates; a
-// topic that exists already keeps its storage.
+// WithStorage sets where topics and dead letters are stored, overriding
+// FileStorage. Brokers that share a topic must use the same storage: a
+// topic that exists with the other one is ErrTopicExists.
 func WithStorage(s Storage) Option { return optionFunc(func(c *config) { c.storage = s }) }
 
 // WithAckWait sets how long the server waits for a delivery's outcome
