@@ -201,7 +201,21 @@ func (w *worker) run() {
 			w.pre = nil
 		} else {
 			s.mu.Lock()
-			for s.holds > 0 && !w.stopping() {
+			// A record kept for this partition goes first; await holds it
+			// (alive on the server) while the slot is held.
+			if msg, epoch := s.pending, s.pendingEpoch; msg != nil && !w.stopping() {
+				s.pending = nil
+				s.mu.Unlock()
+				if revoked, ok := w.await(msg, epoch); ok {
+					if w.deliver(msg, revoked) {
+						w.keepGivenBack(msg, epoch)
+						continue
+					}
+					w.afterDelivery()
+				}
+				continue
+			}
+			for s.holds > 0 && !w.stopping() && s.pending == nil {
 				s.phase = parked
 				s.signal()
 				ch := s.changed
@@ -216,16 +230,8 @@ func (w *worker) run() {
 				s.mu.Unlock()
 				return
 			}
-			if msg, epoch := s.pending, s.pendingEpoch; msg != nil {
-				s.pending = nil
+			if s.pending != nil {
 				s.mu.Unlock()
-				if revoked, ok := w.await(msg, epoch); ok {
-					if w.deliver(msg, revoked) {
-						w.keepGivenBack(msg, epoch)
-						continue
-					}
-					w.afterDelivery()
-				}
 				continue
 			}
 			s.phase = fetching
