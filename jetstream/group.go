@@ -831,7 +831,23 @@ func (g *group) shutdown() <-chan struct{} {
 
 // unfinished lists the partitions where the group has not committed
 // everything, for Close's ShutdownError.
+//
+// A group that has live members in other brokers is not left behind: they
+// go on with its partitions, so it has none here.
 func (g *group) unfinished(ctx context.Context) []engine.Unfinished {
+	if live, _, err := g.liveMembers(ctx); err == nil {
+		g.mu.Lock()
+		others := 0
+		for _, name := range live {
+			if g.members[name] == nil {
+				others++
+			}
+		}
+		g.mu.Unlock()
+		if others > 0 {
+			return nil
+		}
+	}
 	var out []engine.Unfinished
 	for p, c := range g.consumers {
 		sinfo, err := g.t.streams[p].Info(ctx)

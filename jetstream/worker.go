@@ -604,15 +604,21 @@ func (g *group) deadLetter(ctx context.Context, msg natsjs.Msg, d *engine.Delive
 
 // Who owns a partition next, for a worker that stops holding a record.
 const (
-	ownerNone   = iota // the broker is closing: give it back
+	ownerNone   = iota // Close gave up: give it back
 	ownerLocal         // another member of this broker, or nobody yet: keep it for the next local worker
-	ownerRemote        // a member of another broker
+	ownerRemote        // a member of another broker, or the broker is closing: deliver it here, as in flight
 )
 
 func (g *group) nextOwner(w *worker) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
+		// Close drained what it could and is stopping the workers: a
+		// record that reached this one meanwhile is finished here, as a
+		// delivery in flight, unless Close already gave up.
+		if g.e.handlerCtx.Err() == nil {
+			return ownerRemote
+		}
 		return ownerNone
 	}
 	for name, ps := range g.assign {
