@@ -164,7 +164,15 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 	for p := range t.parts {
 		c, err := e.js.Consumer(ctx, e.names.stream(t.name, p), e.names.consumer(name, p))
 		if errors.Is(err, natsjs.ErrConsumerNotFound) && spec != nil {
-			c, err = e.js.CreateConsumer(ctx, e.names.stream(t.name, p), g.consumerConfig(p))
+			cfg := g.consumerConfig(p)
+			if spec.Start.Kind != engine.StartEarliest {
+				// Created paused, until it is moved to its start below: a
+				// member of another broker that joins meanwhile must not
+				// read from the first record.
+				until := time.Now().Add(100 * 365 * 24 * time.Hour)
+				cfg.PauseUntil = &until
+			}
+			c, err = e.js.CreateConsumer(ctx, e.names.stream(t.name, p), cfg)
 			created = err == nil
 		}
 		if errors.Is(err, natsjs.ErrConsumerNotFound) {
@@ -206,6 +214,9 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 		for p, seq := range seqs {
 			if _, err := t.streams[p].ResetConsumerToSequence(ctx, e.names.consumer(name, p), seq); err != nil {
 				return nil, e.ctxErr(ctx, fmt.Errorf("group %q partition %d: start at %v: %w", name, p, spec.Start, err))
+			}
+			if _, err := t.streams[p].ResumeConsumer(ctx, e.names.consumer(name, p)); err != nil {
+				return nil, e.ctxErr(ctx, fmt.Errorf("group %q partition %d: %w", name, p, err))
 			}
 		}
 	}
