@@ -575,6 +575,13 @@ func (g *group) deadLetter(ctx context.Context, msg natsjs.Msg, d *engine.Delive
 	dl.Header.Set(hdrFailedAt, now.Format(time.RFC3339Nano))
 	letterID := d.ID + "-" + strconv.FormatUint(md.Sequence.Consumer, 10)
 	g.mu.Lock()
+	if _, ok := g.letters[letterID]; !ok {
+		g.lettersQ = append(g.lettersQ, letterID)
+		if len(g.lettersQ) > g.spec.DeadLetterLimit { // the stream evicted that one too
+			delete(g.letters, g.lettersQ[0])
+			g.lettersQ = g.lettersQ[1:]
+		}
+	}
 	g.letters[letterID] = herr
 	g.mu.Unlock()
 	if _, err := g.e.js.PublishMsg(ctx, dl, natsjs.WithMsgID(letterID)); err != nil {
