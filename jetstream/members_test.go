@@ -165,10 +165,12 @@ func TestTwoBrokersShareAGroup(t *testing.T) {
 
 	// c2's process dies: its connection closes without a goodbye.
 	nc2.Close()
+	crashed := time.Now()
 	publish(200, 300)
 	if err := h.waitFor(ctx, 300); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("all records handled %v after c2's connection closed (MemberTTL 1s, AckWait 2s)", time.Since(crashed))
 	if err := b1.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -73,31 +73,43 @@ func (g *group) loop(stop, done chan struct{}) {
 		deals = w.Updates()
 	}
 	beatEvery := g.e.cfg.memberTTL / 3
-	tick := time.NewTicker(min(100*time.Millisecond, beatEvery))
+	tick := time.NewTicker(beatEvery)
 	defer tick.Stop()
-	lastBeat := time.Now()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-g.wake:
-		case _, ok := <-members:
+		case e, ok := <-members:
 			if !ok {
 				members = nil
+				continue
+			}
+			if e != nil && e.Operation() == natsjs.KeyValuePut && g.isKnown(e.Key()) {
+				continue // a heartbeat: nothing changed
 			}
 		case _, ok := <-deals:
 			if !ok {
 				deals = nil
 			}
 		case <-tick.C:
-			if time.Since(lastBeat) >= beatEvery {
-				g.heartbeat()
-				g.followResume()
-				lastBeat = time.Now()
-			}
+			// Heartbeats, and the reconcile that notices keys that expired
+			// (an expiry sends no event): a crashed member's partitions
+			// move within MemberTTL and a third.
+			g.heartbeat()
+			g.followResume()
 		}
 		g.reconcile()
 	}
+}
+
+// isKnown reports whether key is a member the last reconcile saw.
+func (g *group) isKnown(key string) bool {
+	name := decodeName(strings.TrimPrefix(key, g.e.names.memberPrefix(g.t.name, g.name)))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.assign[name]
+	return ok
 }
 
 // heartbeat refreshes every local member's key. A key that expired (this

@@ -69,9 +69,12 @@ func WithStorage(s Storage) Option { return optionFunc(func(c *config) { c.stora
 func WithAckWait(d time.Duration) Option { return optionFunc(func(c *config) { c.ackWait = d }) }
 
 // WithMemberTTL sets how long a consumer stays a member of its group
-// without a heartbeat, overriding 5s. Heartbeats go every TTL/3. It is
-// also the server's pin TTL: a crashed process's partitions move to the
-// remaining members about one TTL after its last heartbeat. Brokers that
+// without a heartbeat, overriding 5s. Heartbeats go every TTL/3, and a
+// broker checks then for members whose keys expired (joins, leaves and
+// new assignments it hears of at once, by watching the bucket). It is also
+// the server's pin TTL: a crashed process's partitions move to the
+// remaining members within about 4/3 TTL of its last heartbeat, and the
+// record it was handling comes again after AckWait. Brokers that
 // share a prefix must use the same TTL: it is the membership bucket's.
 func WithMemberTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.memberTTL = d }) }
 
