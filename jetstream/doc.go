@@ -78,9 +78,9 @@
 //	                                        when it goes to another broker or at Close
 //	Drain                                 waits for the groups this broker joined, polling the
 //	                                        server every 20ms (local commits wake it at once)
-//	Close(ctx)                            as documented; ShutdownError names this broker's
-//	                                        groups' partitions; reads after Close answer from
-//	                                        what Close saw last
+//	Close(ctx)                            as documented; ShutdownError names the partitions of
+//	                                        this broker's groups that no other broker carries
+//	                                        on; reads after Close answer from what Close saw last
 //	membership                            a consumer name is one member across brokers: joining
 //	                                        with a name another broker holds is ErrSubscription,
 //	                                        and so is a name whose broker crashed, until its key

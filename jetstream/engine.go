@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/logbus/logbus/internal/engine"
@@ -121,6 +122,10 @@ type eng struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	// tail bounds, in Unix nanoseconds, the requests Close makes after
+	// its workers stopped (what was left, the snapshots): so Close still
+	// returns about when its ctx ends.
+	tail atomic.Int64
 }
 
 type groupKey struct{ topic, group string }
@@ -147,9 +152,13 @@ func (e *eng) State() engine.State {
 }
 
 // ctx returns a context bounded by the request timeout, for calls that
-// take none.
+// take none, and by Close's tail once Close has stopped the workers.
 func (e *eng) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), e.cfg.requestTimeout)
+	d := time.Now().Add(e.cfg.requestTimeout)
+	if tail := e.tail.Load(); tail != 0 && tail < d.UnixNano() {
+		d = time.Unix(0, tail)
+	}
+	return context.WithDeadline(context.Background(), d)
 }
 
 // committed wakes Drain: a local delivery settled.
@@ -360,10 +369,19 @@ func (e *eng) close(ctx context.Context) error {
 	}
 	e.cancelHandlers()
 
-	// What was left: the server's view, bounded by a short timeout so
-	// Close still returns promptly.
+	// What was left: the server's view, bounded by a short tail so Close
+	// still returns promptly: the rest of ctx, at most a second, or 100ms
+	// when ctx has ended.
+	tail := 100 * time.Millisecond
+	if dl, ok := ctx.Deadline(); ctx.Err() == nil {
+		tail = time.Second
+		if ok {
+			tail = max(min(tail, time.Until(dl)), 100*time.Millisecond)
+		}
+	}
+	e.tail.Store(time.Now().Add(tail).UnixNano())
 	var unfinished []engine.Unfinished
-	rctx, cancel := context.WithTimeout(context.Background(), min(e.cfg.requestTimeout, time.Second))
+	rctx, cancel := e.ctx()
 	for _, g := range groups {
 		unfinished = append(unfinished, g.unfinished(rctx)...)
 		g.leaveAll(rctx)
@@ -389,6 +407,11 @@ func (e *eng) close(ctx context.Context) error {
 		e.nc.Close()
 	}
 	if len(unfinished) == 0 {
+		if drainErr != nil && stalled == nil {
+			// The drain failed (the server could not be asked) and what was
+			// left is unknown: say so rather than claim success.
+			return &engine.ShutdownError{Err: drainErr}
+		}
 		return nil
 	}
 	err := ctxErr

@@ -18,11 +18,11 @@ import (
 // the test when two calls for one partition overlap.
 type history struct {
 	t    *testing.T
-	busy [4]atomic.Int32
+	busy [8]atomic.Int32
 
 	mu    sync.Mutex
 	calls map[string][]call // by value
-	order [4][]string       // consumers in the order they handled each partition
+	order [8][]string       // consumers in the order they handled each partition
 	done  map[string]bool
 	n     int
 	more  chan struct{} // closed and replaced when a value is handled for the first time
@@ -142,18 +142,7 @@ func TestTwoBrokersShareAGroup(t *testing.T) {
 	if len(asg["c1"]) != 2 || len(asg["c2"]) != 2 {
 		t.Errorf("assignment %v, want two partitions each", asg)
 	}
-	// b1 learns of c2 from the server: a watch, so within milliseconds.
-	// Nothing local can signal it, so this waits on the view itself.
-	agree := func() bool { return fmt.Sprint(g1.Assignment()) == fmt.Sprint(asg) }
-	tick := time.NewTicker(5 * time.Millisecond)
-	for !agree() {
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			t.Fatalf("b1's assignment %v never became b2's %v", g1.Assignment(), asg)
-		}
-	}
-	tick.Stop()
+	waitAgree(ctx, t, g1, g2)
 	publish := func(from, to int) {
 		for i := from; i < to; i++ {
 			if _, err := t1.Publish(ctx, fmt.Sprint("key-", i%16), fmt.Sprint("v", i)); err != nil {
@@ -176,10 +165,12 @@ func TestTwoBrokersShareAGroup(t *testing.T) {
 
 	// c2's process dies: its connection closes without a goodbye.
 	nc2.Close()
+	crashed := time.Now()
 	publish(200, 300)
 	if err := h.waitFor(ctx, 300); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("all records handled %v after c2's connection closed (MemberTTL 1s, AckWait 2s)", time.Since(crashed))
 	if err := b1.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -256,5 +247,106 @@ func TestPauseAndResumeAcrossBrokers(t *testing.T) {
 	}
 	if byConsumer["c1"] == 0 || byConsumer["c2"] == 0 {
 		t.Errorf("handled by %v, want both brokers to resume (the one that paused included)", byConsumer)
+	}
+}
+
+// waitAgree waits until the groups (one per broker) report the same
+// assignment. Each broker learns of the others' joins from the server (a
+// watch, so within milliseconds); nothing local can signal it, so this
+// looks at the views themselves, every 5ms.
+func waitAgree(ctx context.Context, t *testing.T, gs ...*pubsub.Group[string]) {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		want, same := fmt.Sprint(gs[0].Assignment()), true
+		for _, g := range gs[1:] {
+			same = same && fmt.Sprint(g.Assignment()) == want
+		}
+		if same {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("the brokers' assignments never agreed: %v", want)
+		}
+	}
+}
+
+// TestCleanLeaveAcrossBrokersRedeliversNothing runs a group of three
+// brokers over 6 partitions, balanced two each, and closes one of them
+// while records flow: its partitions move to the other two, every record
+// is handled exactly once at attempt 1, and no partition goes back to a
+// consumer that handed it over.
+func TestCleanLeaveAcrossBrokersRedeliversNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := testOptions()
+	h := newHistory(t)
+	var topics []*pubsub.Topic[string, string]
+	var groups []*pubsub.Group[string]
+	var brokers []*pubsub.Broker
+	for i := range 3 {
+		b := brokerOn(t, testServer.Engine(opts...))
+		tp, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(6))
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprint("c", i+1)
+		g, err := tp.Subscribe("billing", name, h.handler(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		brokers, topics, groups = append(brokers, b), append(topics, tp), append(groups, g)
+	}
+	waitAgree(ctx, t, groups...)
+	for name, ps := range groups[0].Assignment() {
+		if len(ps) != 2 {
+			t.Errorf("%s owns %v, want two of the six partitions", name, ps)
+		}
+	}
+	const n = 600
+	published := make(chan error, 1)
+	go func() {
+		for i := range n {
+			if _, err := topics[0].Publish(ctx, fmt.Sprint("key-", i%24), fmt.Sprint("v", i)); err != nil {
+				published <- err
+				return
+			}
+		}
+		published <- nil
+	}()
+	if err := h.waitFor(ctx, n/3); err != nil {
+		t.Fatal(err)
+	}
+	if err := brokers[2].Close(ctx); err != nil { // c3 leaves cleanly, mid-stream
+		t.Fatalf("Close of c3's broker: %v", err)
+	}
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	if err := h.waitFor(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range brokers[:2] {
+		if err := b.Drain(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.mu.Lock()
+	for v, calls := range h.calls {
+		if len(calls) != 1 || calls[0].attempt != 1 {
+			t.Errorf("%s: %+v, want one call at attempt 1 (a clean leave redelivers nothing)", v, calls)
+		}
+	}
+	h.mu.Unlock()
+	// No handoff check here: c3's partitions go back to whichever of c1
+	// and c2 had them before c3 joined (the worker that hands a partition
+	// over finishes the record its last pull brought, so c1 or c2 may
+	// have handled one of them after the join). Overlap is checked on
+	// every call (busy).
+	if asg := groups[0].Assignment(); len(asg) != 2 || len(asg["c1"]) != 3 || len(asg["c2"]) != 3 {
+		t.Errorf("assignment after c3 left: %v, want c1 and c2 with three each", asg)
 	}
 }

@@ -55,9 +55,9 @@ func defaultConfig() config {
 // with different prefixes share nothing. It is encoded like a topic name.
 func WithPrefix(p string) Option { return optionFunc(func(c *config) { c.prefix = p }) }
 
-// WithStorage sets where topics, dead letters and consumers are stored,
-// overriding FileStorage. It applies to streams this engine creates; a
-// topic that exists already keeps its storage.
+// WithStorage sets where topics and dead letters are stored, overriding
+// FileStorage. Brokers that share a topic must use the same storage: a
+// topic that exists with the other one is ErrTopicExists.
 func WithStorage(s Storage) Option { return optionFunc(func(c *config) { c.storage = s }) }
 
 // WithAckWait sets how long the server waits for a delivery's outcome
@@ -69,9 +69,12 @@ func WithStorage(s Storage) Option { return optionFunc(func(c *config) { c.stora
 func WithAckWait(d time.Duration) Option { return optionFunc(func(c *config) { c.ackWait = d }) }
 
 // WithMemberTTL sets how long a consumer stays a member of its group
-// without a heartbeat, overriding 5s. Heartbeats go every TTL/3. It is
-// also the server's pin TTL: a crashed process's partitions move to the
-// remaining members about one TTL after its last heartbeat. Brokers that
+// without a heartbeat, overriding 5s. Heartbeats go every TTL/3, and a
+// broker checks then for members whose keys expired (joins, leaves and
+// new assignments it hears of at once, by watching the bucket). It is also
+// the server's pin TTL: a crashed process's partitions move to the
+// remaining members within about 4/3 TTL of its last heartbeat, and the
+// record it was handling comes again after AckWait. Brokers that
 // share a prefix must use the same TTL: it is the membership bucket's.
 func WithMemberTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.memberTTL = d }) }
 

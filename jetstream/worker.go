@@ -201,7 +201,21 @@ func (w *worker) run() {
 			w.pre = nil
 		} else {
 			s.mu.Lock()
-			for s.holds > 0 && !w.stopping() {
+			// A record kept for this partition goes first; await holds it
+			// (alive on the server) while the slot is held.
+			if msg, epoch := s.pending, s.pendingEpoch; msg != nil && !w.stopping() {
+				s.pending = nil
+				s.mu.Unlock()
+				if revoked, ok := w.await(msg, epoch); ok {
+					if w.deliver(msg, revoked) {
+						w.keepGivenBack(msg, epoch)
+						continue
+					}
+					w.afterDelivery()
+				}
+				continue
+			}
+			for s.holds > 0 && !w.stopping() && s.pending == nil {
 				s.phase = parked
 				s.signal()
 				ch := s.changed
@@ -216,16 +230,8 @@ func (w *worker) run() {
 				s.mu.Unlock()
 				return
 			}
-			if msg, epoch := s.pending, s.pendingEpoch; msg != nil {
-				s.pending = nil
+			if s.pending != nil {
 				s.mu.Unlock()
-				if revoked, ok := w.await(msg, epoch); ok {
-					if w.deliver(msg, revoked) {
-						w.keepGivenBack(msg, epoch)
-						continue
-					}
-					w.afterDelivery()
-				}
 				continue
 			}
 			s.phase = fetching
@@ -569,6 +575,13 @@ func (g *group) deadLetter(ctx context.Context, msg natsjs.Msg, d *engine.Delive
 	dl.Header.Set(hdrFailedAt, now.Format(time.RFC3339Nano))
 	letterID := d.ID + "-" + strconv.FormatUint(md.Sequence.Consumer, 10)
 	g.mu.Lock()
+	if _, ok := g.letters[letterID]; !ok {
+		g.lettersQ = append(g.lettersQ, letterID)
+		if len(g.lettersQ) > g.spec.DeadLetterLimit { // the stream evicted that one too
+			delete(g.letters, g.lettersQ[0])
+			g.lettersQ = g.lettersQ[1:]
+		}
+	}
 	g.letters[letterID] = herr
 	g.mu.Unlock()
 	if _, err := g.e.js.PublishMsg(ctx, dl, natsjs.WithMsgID(letterID)); err != nil {
@@ -598,15 +611,21 @@ func (g *group) deadLetter(ctx context.Context, msg natsjs.Msg, d *engine.Delive
 
 // Who owns a partition next, for a worker that stops holding a record.
 const (
-	ownerNone   = iota // the broker is closing: give it back
+	ownerNone   = iota // Close gave up: give it back
 	ownerLocal         // another member of this broker, or nobody yet: keep it for the next local worker
-	ownerRemote        // a member of another broker
+	ownerRemote        // a member of another broker, or the broker is closing: deliver it here, as in flight
 )
 
 func (g *group) nextOwner(w *worker) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
+		// Close drained what it could and is stopping the workers: a
+		// record that reached this one meanwhile is finished here, as a
+		// delivery in flight, unless Close already gave up.
+		if g.e.handlerCtx.Err() == nil {
+			return ownerRemote
+		}
 		return ownerNone
 	}
 	for name, ps := range g.assign {
