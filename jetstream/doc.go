@@ -1,0 +1,97 @@
+// Package jetstream is a logbus engine on NATS JetStream: the typed API of
+// package pubsub (topics, groups, handlers, streams) across processes,
+// with records, offsets and dead letters that survive restarts.
+//
+// # Constructing an engine
+//
+// An engine is given to pubsub.NewBroker with pubsub.WithEngine. From a
+// connection the application already has:
+//
+//	nc, _ := nats.Connect(url)
+//	eng, err := jetstream.Connect(nc) // or jetstream.New(js) from a JetStream context
+//	b := pubsub.NewBroker(pubsub.WithEngine(eng))
+//
+// Or, for one process that wants durability without running a server, an
+// embedded server that stores its data in a directory the caller names
+// and listens on a random port of 127.0.0.1:
+//
+//	srv, err := jetstream.StartServer(dir)
+//	defer srv.Shutdown()
+//	b := pubsub.NewBroker(pubsub.WithEngine(srv.Engine()))
+//
+// Brokers that use the same prefix (WithPrefix) on one server share their
+// topics and groups: two processes subscribing to the same group share
+// its partitions. A broker's Close closes a connection Server.Engine
+// opened for it, never one the caller passed.
+//
+// # Names
+//
+// A topic is one stream per partition, so offsets are dense from 0 (offset
+// = stream sequence − 1); a group is one durable consumer per partition.
+// Topic, group and consumer names may be any string: they are encoded into
+// server names (see names.go for the scheme), and only a name too long for
+// the server is refused, with ErrInvalid. A topic created again with the
+// same configuration (by another broker, or after a restart) attaches to
+// its streams; with another partition count or retention it is
+// ErrTopicExists.
+//
+// # What maps exactly, what approximately
+//
+//	logbus promise                        here
+//	------------------------------------  -----------------------------------------------
+//	offsets dense from 0, per partition   exact (stream per partition)
+//	key → partition (CRC-32)              exact: routing is the typed layer's
+//	per-key order, one delivery at a      exact: MaxAckPending 1, so a retry holds back the
+//	  time per partition                    records behind it, also across failover
+//	every group sees every record         exact (a durable consumer per group and partition)
+//	one consumer per partition in a       pinned-client priority group as the fence, plus
+//	  group, balanced                       range assignment over live members in a KV bucket
+//	rebalance without redelivery          on clean joins and leaves; after a crash the one
+//	                                        record in flight comes again after AckWait, Attempt+1
+//	failure detection                     seconds (member TTL, AckWait), not microseconds
+//	retries, backoff, MaxAttempts         exact; attempts counted by the server, so they
+//	                                        survive failover (NakWithDelay for the backoff)
+//	dead letters, DeadLetters()           a stream per group: they survive restarts; errors
+//	                                        read back match the same sentinels, with the text only
+//	commit after nil                      DoubleAck; an ack that fails on the client may still
+//	                                        have committed: handlers must be idempotent
+//	Seek, Replay, StartAt (offset, time)  exact, by resetting the consumer (time: the server's)
+//	Pause / Resume                        the server's consumer pause: acts across processes (a
+//	                                        broker that paused follows another's Resume within
+//	                                        MemberTTL/3)
+//	Lag, Committed                        the server's pending counts and ack floor
+//	Message.Created, MaxAge               the server's clock; WithClock is refused (ErrInvalid)
+//	Message.ID                            "<stream>-<sequence>"; WithIDs is refused (ErrInvalid)
+//	DropOldest                            discard-old; Dropped counts evictions while MaxAge is 0
+//	Block, BlockTimeout, ErrBackpressure  discard-new: a full partition first purges its oldest
+//	                                        record if every group committed it; if not, the publisher
+//	                                        retries (1–20ms apart) until BlockTimeout, then fails
+//	                                        naming the slowest group. A partition no group reads
+//	                                        drops its oldest record instead. Approximate: measured
+//	                                        from the server's ack floors, polled
+//	MaxBytes                              the server's byte limit, which counts headers and
+//	                                        subject too
+//	counters                              Reclaimed, Dropped (with MaxAge), Blocked, TimedOut,
+//	                                        Delivered, Retried, DeadLettered, Skipped count what
+//	                                        this process saw; Expired is not counted
+//	a Stream delivery given back unread   same Attempt within a broker (GiveBack); counts one
+//	                                        when it goes to another broker or at Close
+//	Drain                                 waits for the groups this broker joined, polling the
+//	                                        server every 20ms (local commits wake it at once)
+//	Close(ctx)                            as documented; ShutdownError names the partitions of
+//	                                        this broker's groups that no other broker carries
+//	                                        on; reads after Close answer from what Close saw last
+//	membership                            a consumer name is one member across brokers: joining
+//	                                        with a name another broker holds is ErrSubscription,
+//	                                        and so is a name whose broker crashed, until its key
+//	                                        expires (MemberTTL)
+//
+// A partition's worker acts on Pause, Seek, Replay, a rebalance and Close
+// between pulls, so on an idle partition they wait up to the poll wait
+// (WithPollWait, 250ms by default). One record in flight per partition is
+// what keeps order; it bounds a partition to a few thousand records a
+// second on loopback.
+//
+// Of the optional capabilities of internal/engine the engine declares
+// GiveBack only: see eng.Capabilities for why each other is missing.
+package jetstream

@@ -1,0 +1,372 @@
+package jetstream
+
+// Membership: a group's local members, their keys in the membership
+// bucket, the loop that heartbeats them and follows the assignment, and
+// the workers it starts and stops.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/logbus/logbus/internal/engine"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// join adds a local member: its membership key, then a reconcile, so the
+// assignment includes it when Subscribe returns.
+func (g *group) join(ctx context.Context, consumer string, h engine.Handler, onLeave func()) error {
+	key := g.e.names.memberKey(g.t.name, g.name, consumer)
+	g.mu.Lock()
+	switch {
+	case g.closed:
+		g.mu.Unlock()
+		return fmt.Errorf("subscribe %q to group %q: %w", consumer, g.name, engine.ErrClosed)
+	case g.members[consumer] != nil:
+		g.mu.Unlock()
+		return fmt.Errorf("consumer %q is already in group %q: %w", consumer, g.name, engine.ErrSubscription)
+	}
+	m := &member{name: consumer, key: key, h: h, onLeave: onLeave}
+	g.members[consumer] = m // reserved; not yet live
+	g.mu.Unlock()
+	rev, err := g.e.kv.Create(ctx, key, []byte(g.e.instance))
+	if err != nil {
+		g.mu.Lock()
+		delete(g.members, consumer)
+		g.mu.Unlock()
+		if errors.Is(err, natsjs.ErrKeyExists) {
+			return fmt.Errorf("consumer %q is already in group %q (in another broker, or one that stopped less than a member TTL ago): %w",
+				consumer, g.name, engine.ErrSubscription)
+		}
+		return g.e.ctxErr(ctx, fmt.Errorf("subscribe %q to group %q: %w", consumer, g.name, err))
+	}
+	g.mu.Lock()
+	m.rev = rev
+	if g.loopStop == nil {
+		g.loopStop, g.loopDone = make(chan struct{}), make(chan struct{})
+		go g.loop(g.loopStop, g.loopDone) // exits when shutdown closes loopStop
+	}
+	g.mu.Unlock()
+	g.reconcile()
+	return nil
+}
+
+// loop heartbeats the local members and reconciles the assignment with
+// the live membership: whenever a membership key or the group's deal
+// changes on the server (watched), whenever woken, and every tick (which
+// also catches keys that expired), until stop closes.
+func (g *group) loop(stop, done chan struct{}) {
+	defer close(done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	prefix := g.e.names.memberPrefix(g.t.name, g.name)
+	var members, deals <-chan natsjs.KeyValueEntry
+	if w, err := g.e.kv.WatchFiltered(ctx, []string{prefix + "*"}, natsjs.UpdatesOnly(), natsjs.MetaOnly()); err == nil {
+		defer w.Stop()
+		members = w.Updates()
+	}
+	if w, err := g.e.deals.Watch(ctx, prefix+"deal", natsjs.UpdatesOnly(), natsjs.MetaOnly()); err == nil {
+		defer w.Stop()
+		deals = w.Updates()
+	}
+	beatEvery := g.e.cfg.memberTTL / 3
+	tick := time.NewTicker(beatEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-g.wake:
+		case e, ok := <-members:
+			if !ok {
+				members = nil
+				continue
+			}
+			if e != nil && e.Operation() == natsjs.KeyValuePut && g.isKnown(e.Key()) {
+				continue // a heartbeat: nothing changed
+			}
+		case _, ok := <-deals:
+			if !ok {
+				deals = nil
+			}
+		case <-tick.C:
+			// Heartbeats, and the reconcile that notices keys that expired
+			// (an expiry sends no event): a crashed member's partitions
+			// move within MemberTTL and a third.
+			g.heartbeat()
+			g.followResume()
+		}
+		g.reconcile()
+	}
+}
+
+// isKnown reports whether key is a member the last reconcile saw.
+func (g *group) isKnown(key string) bool {
+	name := decodeName(strings.TrimPrefix(key, g.e.names.memberPrefix(g.t.name, g.name)))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.assign[name]
+	return ok
+}
+
+// heartbeat refreshes every local member's key. A key that expired (this
+// process stalled past the TTL) is created again; one another broker took
+// meanwhile leaves that member without partitions.
+func (g *group) heartbeat() {
+	g.mu.Lock()
+	ms := make([]*member, 0, len(g.members))
+	for _, m := range g.members {
+		ms = append(ms, m)
+	}
+	g.mu.Unlock()
+	ctx, cancel := g.e.ctx()
+	defer cancel()
+	for _, m := range ms {
+		rev, err := g.e.kv.Update(ctx, m.key, []byte(g.e.instance), m.rev)
+		if err != nil {
+			rev, err = g.e.kv.Create(ctx, m.key, []byte(g.e.instance))
+		}
+		g.mu.Lock()
+		switch {
+		case err == nil:
+			m.rev, m.evicted = rev, false
+		case errors.Is(err, natsjs.ErrKeyExists):
+			m.evicted = true
+		}
+		g.mu.Unlock()
+	}
+}
+
+// liveMembers lists the group's members across brokers, sorted, from the
+// membership bucket.
+func (g *group) liveMembers(ctx context.Context) ([]string, map[string]bool, error) {
+	prefix := g.e.names.memberPrefix(g.t.name, g.name)
+	lister, err := g.e.kv.ListKeysFiltered(ctx, prefix+"*")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer lister.Stop()
+	var names []string
+	for k := range lister.Keys() {
+		names = append(names, decodeName(strings.TrimPrefix(k, prefix)))
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[n] = true
+	}
+	return names, set, nil
+}
+
+// reconcile computes the assignment from the live membership and makes
+// the local workers follow it: a worker whose partition moved is told to
+// stop (it finishes its delivery in flight), and a partition this broker
+// now owns gets a worker once the previous one has exited.
+func (g *group) reconcile() {
+	g.recMu.Lock()
+	defer g.recMu.Unlock()
+	ctx, cancel := g.e.ctx()
+	live, _, err := g.liveMembers(ctx)
+	var d deal
+	if err == nil {
+		d, err = g.currentDeal(ctx, live)
+	}
+	cancel()
+	if err != nil {
+		return
+	}
+	assign := d.byMember()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return
+	}
+	g.assign = assign
+	want := make([]*member, g.t.parts)
+	for name, ps := range assign {
+		if m := g.members[name]; m != nil && m.rev != 0 && !m.left && !m.evicted {
+			for _, p := range ps {
+				want[p] = m
+			}
+		}
+	}
+	for p, s := range g.slots {
+		w := s.worker
+		switch {
+		case w != nil && w.m != want[p]:
+			w.signalStop()
+		case w == nil && want[p] != nil:
+			s.worker = newWorker(g, s, want[p])
+			go s.worker.run() // exits when signalStop is called and its delivery in flight is done
+		}
+	}
+}
+
+// exited is called by a worker that stopped: the slot is free, and the
+// partition is unpinned unless a local member owns it now.
+func (g *group) exited(w *worker) {
+	g.mu.Lock()
+	if w.s.worker == w {
+		w.s.worker = nil
+	}
+	var giveBack natsjs.Msg
+	if g.closed { // a record kept for the next local worker goes back to the server
+		w.s.mu.Lock()
+		giveBack, w.s.pending = w.s.pending, nil
+		w.s.mu.Unlock()
+	}
+	keep := false
+	for name, ps := range g.assign {
+		if m := g.members[name]; m != nil && !m.left && slices.Contains(ps, w.s.p) && !g.closed {
+			keep = true
+		}
+	}
+	g.mu.Unlock()
+	if giveBack != nil {
+		_ = giveBack.Nak()
+	}
+	if !keep && !w.crashed() {
+		ctx, cancel := g.e.ctx()
+		_ = g.t.streams[w.s.p].UnpinConsumer(ctx, g.e.names.consumer(g.name, w.s.p), priorityGroup)
+		cancel()
+	}
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Leave removes consumer: its key goes, its workers finish their delivery
+// in flight and stop, and the partitions move to the remaining members.
+// When ctx ends first it has left all the same; onLeave runs once the
+// workers exited.
+func (g *group) Leave(ctx context.Context, consumer string) error {
+	if err := g.e.refuse(fmt.Sprintf("leave group %q", g.name)); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	m := g.members[consumer]
+	if m == nil || m.left {
+		g.mu.Unlock()
+		return fmt.Errorf("no consumer %q in group %q: %w", consumer, g.name, engine.ErrSubscription)
+	}
+	m.left = true
+	delete(g.members, consumer)
+	var done []<-chan struct{}
+	for _, s := range g.slots {
+		if w := s.worker; w != nil && w.m == m {
+			w.signalStop()
+			done = append(done, w.done)
+		}
+	}
+	g.mu.Unlock()
+	rctx, cancel := g.e.ctx()
+	_ = g.e.kv.Delete(rctx, m.key)
+	cancel()
+	g.reconcile()
+	all := waitAll(done)
+	select {
+	case <-all:
+		if m.onLeave != nil {
+			m.onLeave()
+		}
+		return nil
+	case <-ctx.Done():
+		if m.onLeave != nil {
+			go func() { // exits when the consumer's last worker has
+				<-all
+				m.onLeave()
+			}()
+		}
+		return fmt.Errorf("leave group %q: consumer %q has left; its deliveries in flight go on: %w", g.name, consumer, ctx.Err())
+	}
+}
+
+// waitAll returns a channel closed once every channel of chs is.
+func waitAll(chs []<-chan struct{}) <-chan struct{} {
+	all := make(chan struct{})
+	if len(chs) == 0 {
+		close(all)
+		return all
+	}
+	go func() { // exits when the last of chs closes
+		for _, c := range chs {
+			<-c
+		}
+		close(all)
+	}()
+	return all
+}
+
+// Assignment returns the last assignment computed, over every live member
+// of the group in every broker (refreshed on every tick of the loop).
+func (g *group) Assignment() map[string][]int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make(map[string][]int, len(g.assign))
+	for m, ps := range g.assign {
+		out[m] = slices.Clone(ps)
+	}
+	return out
+}
+
+// shutdown stops the loop and every worker, for Close: each finishes its
+// delivery in flight. The channel closes when all have exited.
+func (g *group) shutdown() <-chan struct{} {
+	g.mu.Lock()
+	g.closed = true
+	stop, loopDone := g.loopStop, g.loopDone
+	var done []<-chan struct{}
+	for _, s := range g.slots {
+		if w := s.worker; w != nil {
+			w.signalStop()
+			done = append(done, w.done)
+		}
+	}
+	g.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		done = append(done, loopDone)
+	}
+	return waitAll(done)
+}
+
+// leaveAll removes every local member, for Close: keys deleted, and
+// onLeave called once the member's workers have exited (at once, unless a
+// handler Close gave up on still runs).
+func (g *group) leaveAll(ctx context.Context) {
+	g.mu.Lock()
+	ms := make([]*member, 0, len(g.members))
+	done := map[*member][]<-chan struct{}{}
+	for _, m := range g.members {
+		m.left = true
+		ms = append(ms, m)
+	}
+	for _, s := range g.slots {
+		if w := s.worker; w != nil {
+			done[w.m] = append(done[w.m], w.done)
+		}
+	}
+	clear(g.members)
+	g.mu.Unlock()
+	for _, m := range ms {
+		_ = g.e.kv.Delete(ctx, m.key)
+		if m.onLeave == nil {
+			continue
+		}
+		all := waitAll(done[m])
+		select {
+		case <-all:
+			m.onLeave()
+		default:
+			go func() { // exits when the member's last worker has
+				<-all
+				m.onLeave()
+			}()
+		}
+	}
+}

@@ -1,0 +1,72 @@
+package jetstream
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/logbus/logbus/pubsub"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// Server is an embedded NATS server with JetStream, for a process that
+// wants durable topics without running a server: it listens on a random
+// port of 127.0.0.1 only, and keeps its data in the directory it was
+// started with. Its methods are safe for concurrent use.
+type Server struct {
+	srv *server.Server
+}
+
+// StartServer starts an embedded server that stores its data in dir
+// (created if needed), and returns once it accepts connections, at most
+// 10s later. Starting it again on the same dir finds every topic, offset
+// and dead letter that was there. The caller must call Shutdown.
+func StartServer(dir string) (*Server, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%w: jetstream: StartServer needs a directory", pubsub.ErrInvalid)
+	}
+	srv, err := server.NewServer(&server.Options{
+		Host:      "127.0.0.1",
+		Port:      server.RANDOM_PORT,
+		NoLog:     true,
+		NoSigs:    true,
+		JetStream: true,
+		StoreDir:  dir,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: start server: %w", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, errors.New("jetstream: start server: not ready after 10s")
+	}
+	return &Server{srv: srv}, nil
+}
+
+// URL is the server's client URL (nats://127.0.0.1:port), for processes
+// that connect over the loopback interface.
+func (s *Server) URL() string { return s.srv.ClientURL() }
+
+// Connect opens a new connection to the server, in process (no socket).
+// The caller closes it.
+func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	opts = append([]nats.Option{nats.InProcessServer(s.srv)}, opts...)
+	return nats.Connect(s.srv.ClientURL(), opts...)
+}
+
+// Engine returns an engine on this server for pubsub.WithEngine. Every
+// broker opened with it gets a connection of its own, which the broker's
+// Close closes: two brokers on one Server behave as two processes would.
+func (s *Server) Engine(opts ...Option) pubsub.Engine {
+	return &opener{cfg: opts, dial: func() (*nats.Conn, error) { return s.Connect(nats.Name("logbus")) }}
+}
+
+// Shutdown stops the server and waits for it. Brokers still using it see
+// their connections closed.
+func (s *Server) Shutdown() {
+	s.srv.Shutdown()
+	s.srv.WaitForShutdown()
+}

@@ -1,0 +1,642 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/logbus/logbus/internal/engine"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// phase is what a partition's worker is doing.
+type phase int8
+
+const (
+	parked   phase = iota // waiting at the gate, or between pulls
+	fetching              // a pull is open on the server
+	holding               // it holds a fetched record it may not deliver yet
+	busy                  // a handler runs
+)
+
+// slot is one partition of a group in this broker. It outlives workers:
+// a pause or a reposition holds the slot whichever member's worker runs
+// it.
+type slot struct {
+	p int
+
+	mu      sync.Mutex
+	holds   int           // Pause and repositions under way: no delivery may start
+	epoch   uint64        // bumped by every reset of the consumer: a record fetched before is dropped
+	phase   phase         // of the current worker
+	revoked chan struct{} // closed when a hold begins or the worker must stop; the Delivery's Revoked
+	changed chan struct{} // closed and replaced on every change of the above
+
+	// pending is a record a stopping worker fetched but did not deliver,
+	// handed to the partition's next local worker (no redelivery), with
+	// the epoch it was fetched in.
+	// next is the stream sequence the partition should deliver next, 0
+	// until it has delivered one: a record past it means retention took
+	// the ones between before the group read them (counted as Skipped).
+	next uint64
+
+	pending      natsjs.Msg
+	pendingEpoch uint64
+
+	worker *worker // guarded by the group's mu
+}
+
+func newSlot(p int) *slot {
+	return &slot{p: p, revoked: make(chan struct{}), changed: make(chan struct{})}
+}
+
+// signal wakes whoever waits on the slot. s.mu must be held.
+func (s *slot) signal() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// revoke closes the current Revoked channel once. s.mu must be held.
+func (s *slot) revoke() {
+	select {
+	case <-s.revoked:
+	default:
+		close(s.revoked)
+	}
+}
+
+func (s *slot) hold() {
+	s.mu.Lock()
+	s.holds++
+	s.revoke()
+	s.signal()
+	s.mu.Unlock()
+}
+
+func (s *slot) unhold() {
+	s.mu.Lock()
+	s.holds--
+	s.signal()
+	s.mu.Unlock()
+}
+
+func (s *slot) bumpEpoch(seq uint64) {
+	s.mu.Lock()
+	s.epoch++
+	s.next = seq
+	s.signal()
+	s.mu.Unlock()
+}
+
+// settled moves next past d's record.
+func (s *slot) settled(d *engine.Delivery) {
+	s.mu.Lock()
+	if seq := uint64(d.Record.Offset) + 1; s.next == seq {
+		s.next = seq + 1
+	}
+	s.mu.Unlock()
+}
+
+func (s *slot) setPhase(ph phase) {
+	s.mu.Lock()
+	s.phase = ph
+	s.signal()
+	s.mu.Unlock()
+}
+
+func (s *slot) busyNow() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.phase == busy
+}
+
+// waitIdle waits until no handler runs on the slot and, with
+// notFetching, no pull is open either, or until ctx ends.
+func (s *slot) waitIdle(ctx context.Context, notFetching bool) error {
+	s.mu.Lock()
+	for s.phase == busy || notFetching && s.phase == fetching {
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		s.mu.Lock()
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// worker delivers one partition of a group to one local member, one
+// record at a time, until it is told to stop.
+type worker struct {
+	g    *group
+	s    *slot
+	m    *member
+	once sync.Once
+	pre  *pull         // the next pull, opened before the last ack; only run touches it
+	stop chan struct{} // closed by signalStop
+	done chan struct{} // closed when run returns
+}
+
+func newWorker(g *group, s *slot, m *member) *worker {
+	s.mu.Lock()
+	if s.holds == 0 { // a fresh Revoked for the new owner
+		select {
+		case <-s.revoked:
+			s.revoked = make(chan struct{})
+		default:
+		}
+	}
+	s.mu.Unlock()
+	return &worker{g: g, s: s, m: m, stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// signalStop tells the worker to stop after its delivery in flight.
+func (w *worker) signalStop() {
+	w.once.Do(func() {
+		close(w.stop)
+		w.s.mu.Lock()
+		w.s.revoke()
+		w.s.signal()
+		w.s.mu.Unlock()
+	})
+}
+
+func (w *worker) stopping() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// crashed reports a worker whose connection is gone: it cannot unpin.
+func (w *worker) crashed() bool { return w.g.e.nc != nil && w.g.e.nc.IsClosed() }
+
+// run is the worker's goroutine: gate, pull one record, hold it while the
+// slot is held, deliver it, settle it; again until stopped.
+func (w *worker) run() {
+	defer func() {
+		w.s.setPhase(parked)
+		close(w.done)
+		w.g.exited(w)
+	}()
+	s := w.s
+	for {
+		var msg natsjs.Msg
+		var err error
+		var epoch uint64
+		if w.pre != nil { // a pull opened before the last ack: collect it first, whatever happened since
+			msg, err = w.pre.collect()
+			epoch = w.pre.epoch
+			w.pre = nil
+		} else {
+			s.mu.Lock()
+			// A record kept for this partition goes first; await holds it
+			// (alive on the server) while the slot is held.
+			if msg, epoch := s.pending, s.pendingEpoch; msg != nil && !w.stopping() {
+				s.pending = nil
+				s.mu.Unlock()
+				if revoked, ok := w.await(msg, epoch); ok {
+					if w.deliver(msg, revoked) {
+						w.keepGivenBack(msg, epoch)
+						continue
+					}
+					w.afterDelivery()
+				}
+				continue
+			}
+			for s.holds > 0 && !w.stopping() && s.pending == nil {
+				s.phase = parked
+				s.signal()
+				ch := s.changed
+				s.mu.Unlock()
+				select {
+				case <-ch:
+				case <-w.stop:
+				}
+				s.mu.Lock()
+			}
+			if w.stopping() {
+				s.mu.Unlock()
+				return
+			}
+			if s.pending != nil {
+				s.mu.Unlock()
+				continue
+			}
+			s.phase = fetching
+			s.signal()
+			epoch = s.epoch
+			s.mu.Unlock()
+			msg, err = w.open().collect()
+		}
+		if msg == nil {
+			s.setPhase(parked)
+			if err != nil && !w.pause(w.g.e.cfg.pollWait) {
+				return
+			}
+			continue
+		}
+		revoked, ok := w.await(msg, epoch)
+		if !ok {
+			continue
+		}
+		if w.deliver(msg, revoked) {
+			w.keepGivenBack(msg, epoch)
+			continue
+		}
+		w.afterDelivery()
+	}
+}
+
+// keepGivenBack keeps a delivery the consumer gave back before receiving
+// it (a Stream that is closing, or was revoked before anyone received it) for
+// the partition's next delivery, without telling the server: so its
+// Attempt does not count up, and a consumer that keeps giving back does
+// not burn attempts in a loop. The worker then waits for what made the
+// consumer give it back to change (a stop, a hold, a reset), at most a
+// poll wait, before it tries again.
+func (w *worker) keepGivenBack(msg natsjs.Msg, epoch uint64) {
+	s := w.s
+	s.mu.Lock()
+	s.pending, s.pendingEpoch = msg, epoch
+	s.phase = parked
+	s.signal()
+	ch := s.changed
+	s.mu.Unlock()
+	t := time.NewTimer(w.g.e.cfg.pollWait)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-w.stop:
+	case <-t.C:
+	}
+}
+
+// afterDelivery sets the phase a delivery leaves the worker in: fetching
+// when it opened the next pull before its ack.
+func (w *worker) afterDelivery() {
+	if w.pre != nil {
+		w.s.setPhase(fetching)
+		return
+	}
+	w.s.setPhase(parked)
+}
+
+// pull is one open pull for the partition's next record.
+type pull struct {
+	batch natsjs.MessageBatch
+	err   error
+	abort <-chan struct{} // closed when Close gives up: stop waiting
+	epoch uint64          // the slot's epoch when it was opened
+}
+
+// open opens a pull that waits up to the poll wait on the server. The
+// client waits for the server's answer (FetchMaxWait gives it a second
+// more than the server takes), never cutting the pull short itself: a
+// record the server sends to an abandoned pull counts as delivered and
+// comes back only after AckWait, with Attempt+1. Only when Close gives up
+// does collect stop waiting.
+func (w *worker) open() *pull {
+	batch, err := w.g.consumers[w.s.p].Fetch(1, natsjs.FetchMaxWait(w.g.e.cfg.pollWait),
+		natsjs.FetchPriorityGroup(priorityGroup))
+	return &pull{batch: batch, err: err, abort: w.g.e.handlerCtx.Done()}
+}
+
+// collect waits for the pull's record: nil when there was none.
+func (p *pull) collect() (natsjs.Msg, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	msgs := p.batch.Messages()
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return nil, p.batch.Error()
+			}
+			if m != nil {
+				return m, nil
+			}
+		case <-p.abort:
+			return nil, context.Canceled
+		}
+	}
+}
+
+// prefetch opens the next pull before the current record is acked, when
+// nothing holds the partition: the server delivers the next record the
+// moment the ack lands (one in flight: MaxAckPending 1), which saves a
+// round trip per record.
+func (w *worker) prefetch() {
+	s := w.s
+	s.mu.Lock()
+	ok := s.holds == 0 && !w.stopping() && s.pending == nil
+	epoch := s.epoch
+	s.mu.Unlock()
+	if ok {
+		w.pre = w.open()
+		w.pre.epoch = epoch
+	}
+}
+
+// pause waits d, or less when stopped; false when stopped.
+func (w *worker) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.stop:
+		return false
+	}
+}
+
+// await holds msg while the slot is held (a pause, a reposition), keeping
+// it alive on the server. It returns the delivery's Revoked channel and
+// true when msg may be delivered; false when a reset made it moot, or the
+// worker stopped while holding it (then it is given back).
+func (w *worker) await(msg natsjs.Msg, epoch uint64) (<-chan struct{}, bool) {
+	s := w.s
+	var keep *time.Ticker
+	defer func() {
+		if keep != nil {
+			keep.Stop()
+		}
+	}()
+	s.mu.Lock()
+	for {
+		switch {
+		case s.epoch != epoch:
+			s.phase = parked
+			s.signal()
+			s.mu.Unlock()
+			return nil, false
+		case s.holds == 0 && !w.stopping():
+			select { // a revocation is spent once its hold ended: a fresh one
+			case <-s.revoked:
+				s.revoked = make(chan struct{})
+			default:
+			}
+			s.phase = busy
+			s.signal()
+			revoked := s.revoked
+			s.mu.Unlock()
+			return revoked, true
+		case w.stopping():
+			s.phase = parked
+			s.signal()
+			s.mu.Unlock()
+			switch w.g.nextOwner(w) {
+			case ownerLocal: // the next local worker delivers it: not a redelivery
+				s.mu.Lock()
+				s.pending, s.pendingEpoch = msg, epoch
+				s.mu.Unlock()
+				return nil, false
+			case ownerRemote: // finish it here, as a delivery in flight
+				s.mu.Lock()
+				if s.holds == 0 && s.epoch == epoch {
+					s.phase = busy
+					s.signal()
+					revoked := s.revoked
+					s.mu.Unlock()
+					return revoked, true
+				}
+				s.mu.Unlock()
+			}
+			_ = msg.Nak()
+			return nil, false
+		}
+		s.phase = holding
+		s.signal()
+		ch := s.changed
+		s.mu.Unlock()
+		if keep == nil {
+			keep = time.NewTicker(w.g.e.cfg.ackWait / 3)
+		}
+		select {
+		case <-ch:
+		case <-w.stop:
+		case <-keep.C:
+			_ = msg.InProgress()
+		}
+		s.mu.Lock()
+	}
+}
+
+// deliver runs the handler on msg, keeping it alive on the server while
+// it runs, and settles the outcome.
+// deliver reports whether the consumer gave the delivery back before it
+// received it (ErrNotDelivered), which the caller keeps for the next
+// delivery.
+func (w *worker) deliver(msg natsjs.Msg, revoked <-chan struct{}) (gaveBack bool) {
+	g := w.g
+	md, err := msg.Metadata()
+	if err != nil {
+		_ = msg.Nak()
+		return false
+	}
+	seq := md.Sequence.Stream
+	id := g.t.streams[w.s.p].CachedInfo().Config.Name + "-" + strconv.FormatUint(seq, 10)
+	rec, derr := decodeRecord(msg.Headers(), msg.Data(), seq, md.Timestamp)
+	if derr != nil {
+		rec = &engine.Record{Offset: int64(seq) - 1, Value: msg.Data(), Created: md.Timestamp}
+	}
+	d := &engine.Delivery{Topic: g.t.name, Partition: w.s.p, ID: id, Record: rec,
+		Attempt: int(md.NumDelivered), Revoked: revoked}
+	w.s.mu.Lock()
+	if w.s.next != 0 && seq > w.s.next {
+		g.skipped.Add(int64(seq - w.s.next))
+	}
+	w.s.next = seq
+	w.s.mu.Unlock()
+
+	stopKeep := make(chan struct{})
+	kept := make(chan struct{})
+	go func() { // exits when the handler has returned (stopKeep closes)
+		defer close(kept)
+		t := time.NewTicker(g.e.cfg.ackWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopKeep:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	var herr error
+	if derr != nil {
+		herr = fmt.Errorf("%w: %v", engine.ErrPermanent, derr)
+	} else {
+		herr = w.call(d)
+	}
+	close(stopKeep)
+	<-kept
+	if g.e.handlerCtx.Err() != nil {
+		return false // Close gave up on this delivery: nothing is committed
+	}
+	if errors.Is(herr, engine.ErrNotDelivered) {
+		return true
+	}
+	w.settle(msg, d, herr)
+	return false
+}
+
+// call runs the member's handler, turning a panic into a *PanicError.
+func (w *worker) call(d *engine.Delivery) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &engine.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return w.m.h(w.g.e.handlerCtx, d)
+}
+
+// settle tells the server the outcome: an ack, a retry after the
+// policy's backoff (NakWithDelay: the consumer's own BackOff does not
+// apply to naks), a give-back, or a dead letter then a Term.
+func (w *worker) settle(msg natsjs.Msg, d *engine.Delivery, herr error) {
+	g := w.g
+	ctx, cancel := g.e.ctx()
+	defer cancel()
+	switch {
+	case errors.Is(herr, engine.ErrAbandoned): // received, then given back: it counts as an attempt
+		_ = msg.Nak()
+	case herr == nil:
+		// Counted even when the ack fails: the handler succeeded, and an
+		// ack the server refused (its record gone by retention) or whose
+		// reply was lost may well have committed.
+		// Counted before the ack, so that whoever sees the commit (Drain
+		// polls the server) sees the count too.
+		g.delivered.Add(1)
+		w.s.settled(d)
+		w.prefetch()
+		_ = msg.DoubleAck(ctx)
+		g.e.committed()
+	case errors.Is(herr, engine.ErrPermanent) || d.Attempt >= g.spec.Retry.MaxAttempts:
+		if err := g.deadLetter(ctx, msg, d, herr); err != nil {
+			_ = msg.NakWithDelay(g.spec.Retry.Delay(d.Attempt))
+			return
+		}
+		w.s.settled(d)
+		g.e.committed()
+	default:
+		g.retried.Add(1)
+		_ = msg.NakWithDelay(g.spec.Retry.Delay(d.Attempt))
+	}
+}
+
+// The headers of a dead letter, besides the record's own (hdrKey,
+// hdrHeaders).
+const (
+	hdrID        = "Lb-Id"
+	hdrPartition = "Lb-Partition"
+	hdrOffset    = "Lb-Offset"
+	hdrCreated   = "Lb-Created"
+	hdrAttempts  = "Lb-Attempts"
+	hdrError     = "Lb-Error"
+	hdrErrorKind = "Lb-Error-Kind"
+	hdrFailedAt  = "Lb-Failed-At"
+)
+
+// deadLetter stores the record in the group's dead-letter stream, then
+// terminates its delivery so the partition moves on. The letter's message
+// ID is the record's stream sequence and the delivery's consumer
+// sequence, so a retried publish of the same letter is stored once.
+func (g *group) deadLetter(ctx context.Context, msg natsjs.Msg, d *engine.Delivery, herr error) error {
+	md, _ := msg.Metadata()
+	dl := nats.NewMsg(g.e.names.dlqSubject(g.t.name, g.name))
+	dl.Data = msg.Data()
+	for _, h := range []string{hdrKey, hdrHeaders} {
+		if v, ok := msg.Headers()[h]; ok {
+			dl.Header[h] = v
+		}
+	}
+	now := time.Now()
+	dl.Header.Set(hdrID, d.ID)
+	dl.Header.Set(hdrPartition, strconv.Itoa(d.Partition))
+	dl.Header.Set(hdrOffset, strconv.FormatInt(d.Record.Offset, 10))
+	dl.Header.Set(hdrCreated, d.Record.Created.Format(time.RFC3339Nano))
+	dl.Header.Set(hdrAttempts, strconv.Itoa(d.Attempt))
+	dl.Header.Set(hdrError, oneLine(herr.Error()))
+	dl.Header.Set(hdrErrorKind, errorKind(herr))
+	dl.Header.Set(hdrFailedAt, now.Format(time.RFC3339Nano))
+	letterID := d.ID + "-" + strconv.FormatUint(md.Sequence.Consumer, 10)
+	g.mu.Lock()
+	if _, ok := g.letters[letterID]; !ok {
+		g.lettersQ = append(g.lettersQ, letterID)
+		if len(g.lettersQ) > g.spec.DeadLetterLimit { // the stream evicted that one too
+			delete(g.letters, g.lettersQ[0])
+			g.lettersQ = g.lettersQ[1:]
+		}
+	}
+	g.letters[letterID] = herr
+	g.mu.Unlock()
+	if _, err := g.e.js.PublishMsg(ctx, dl, natsjs.WithMsgID(letterID)); err != nil {
+		return err
+	}
+	g.deadLettered.Add(1) // before the Term, which Drain may see at once
+	if err := msg.TermWithReason("logbus: dead-lettered"); err != nil {
+		return err
+	}
+	// A Term has no confirmation: wait until the ack floor passes the
+	// record, so that Committed and Drain see the dead letter as settled
+	// when the handler's caller does.
+	for {
+		info, err := g.consumers[d.Partition].Info(ctx)
+		if err != nil || info.AckFloor.Stream >= md.Sequence.Stream {
+			return nil
+		}
+		t := time.NewTimer(2 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Who owns a partition next, for a worker that stops holding a record.
+const (
+	ownerNone   = iota // Close gave up: give it back
+	ownerLocal         // another member of this broker, or nobody yet: keep it for the next local worker
+	ownerRemote        // a member of another broker, or the broker is closing: deliver it here, as in flight
+)
+
+func (g *group) nextOwner(w *worker) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		// Close drained what it could and is stopping the workers: a
+		// record that reached this one meanwhile is finished here, as a
+		// delivery in flight, unless Close already gave up.
+		if g.e.handlerCtx.Err() == nil {
+			return ownerRemote
+		}
+		return ownerNone
+	}
+	for name, ps := range g.assign {
+		if slices.Contains(ps, w.s.p) {
+			if m := g.members[name]; m != nil && m != w.m && !m.left {
+				return ownerLocal
+			}
+			if g.members[name] == nil {
+				return ownerRemote
+			}
+		}
+	}
+	return ownerLocal
+}
