@@ -29,8 +29,14 @@
 // A topic is one stream per partition, so offsets are dense from 0 (offset
 // = stream sequence − 1); a group is one durable consumer per partition.
 // Topic, group and consumer names may be any string: they are encoded into
-// server names (see names.go for the scheme), and only a name too long for
-// the server is refused, with ErrInvalid. A topic created again with the
+// server names, never refused for their characters. ASCII letters, digits
+// and '-' stand for themselves; every other byte, '_' included, becomes
+// '_' and two hex digits, so distinct names never meet on the server. With
+// prefix P, topic t and group g, partition i is stream P_T_<t>_P<i> on
+// subject P.<t>.<i>, the group's consumer on it is <g>_P<i>, its dead
+// letters are stream P_D_<t>_G_<g>, and membership is the KV buckets
+// P_members and P_members_deals. Only a name too long for the server
+// (over 200 bytes encoded) is refused, with ErrInvalid. A topic created again with the
 // same configuration (by another broker, or after a restart) attaches to
 // its streams; with another partition count or retention it is
 // ErrTopicExists.
