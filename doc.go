@@ -41,7 +41,11 @@
 //		}))
 //
 // A consumer can also take its messages from a channel, acking each one
-// ([pubsub.Topic.Stream]). A group can pause, resume, seek and replay, and it
+// ([pubsub.Topic.Stream]), or in batches: [pubsub.Topic.SubscribeBatch]
+// hands a [pubsub.BatchHandler] what a partition gained since it last
+// looked, in offset order, and the group commits once per batch; a
+// [pubsub.BatchError] says which message failed, and only that one is
+// retried. A group can pause, resume, seek and replay, and it
 // reports its lag, its counters and its dead letters. A handler that needs
 // the typed key asks the topic: orders.Key(msg).
 //
@@ -171,7 +175,8 @@
 // Every error a pubsub call returns wraps one of pubsub's sentinel errors
 // or a context's error, so errors.Is classifies it; the message starts with
 // "logbus: " and the call's own verb. ShutdownError, PanicError and
-// DecodeError carry details for errors.AsType.
+// DecodeError carry details for errors.AsType; a batch handler returns a
+// BatchError to name the message that failed.
 //
 // # Engines
 //
@@ -186,6 +191,30 @@
 // which it keeps, and asking one for an option it cannot honour is
 // ErrInvalid, never silently different behaviour. The conformance suite in
 // pubsubtest checks an engine against the rest.
+//
+// # Observing a broker
+//
+// [pubsub.Broker.Snapshot] copies the state of every topic and group:
+// partitions with their bounds and counters, and per group its consumers,
+// assignment, committed offsets, lag in records and in time (the age of
+// the oldest record not yet committed), the delivery in flight with its
+// attempt, and its dead-letter count. It is how a program lists a broker's
+// topics and groups, and what metrics and a debug page read, at no cost to
+// the hot path. An engine that cannot describe itself gives a Partial
+// snapshot.
+//
+// [pubsub.WithHooks] registers values implementing any of the Hook*
+// interfaces (publish, delivery start and end, retry, dead letter,
+// rebalance, backpressure, drop, expiry, skip, stuck handler, close): the
+// broker sorts them once, and an event nobody hooks costs a nil check.
+// Hooks run outside every lock, on the goroutine where the event
+// happened; a panicking hook is recovered and logged. [pubsub.WithLogger]
+// logs to a log/slog logger, silent by default, never above Debug per
+// record, with the OpenTelemetry messaging attribute keys.
+// [pubsub.WithStuckAfter] reports handlers that run too long by sampling
+// what the workers already record: no clock read per delivery, and no
+// goroutine without it. [pubsub.Group.Redrive] sends chosen dead letters
+// back to the group that failed them, and to no other.
 //
 // # What is not promised
 //

@@ -44,6 +44,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"maps"
 	"runtime"
 	"slices"
@@ -402,6 +404,7 @@ type machine struct {
 	maxAttempts int
 
 	keys      []string
+	joinBatch []pubsub.SubscribeOption // set while SubscribeBatch joins: its batch options
 	groups    map[string]*pubsub.Group[job]
 	starts    map[string]startSpec // what each group was created with
 	members   map[string][]string  // the model's membership, in join order
@@ -434,6 +437,8 @@ type machine struct {
 	wantLetters   map[string]map[letter]int // the dead letters the history explains, per group
 	retried       map[string]int64          // failed attempts that were not the last, per group
 	lateAcks      map[string]int64          // acks given after Close returned, per group
+
+	tally *tally // the hooks' counts, when the run is observed
 }
 
 func newMachine(t *rapid.T) *machine {
@@ -471,8 +476,17 @@ func newMachine(t *rapid.T) *machine {
 		Multiplier:  2,
 		MaxDelay:    5 * time.Second,
 	}
+	opts := []pubsub.BrokerOption{pubsub.WithRetry(retry), pubsub.WithClock(bubbleClock{})}
+	if rapid.Bool().Draw(t, "observed") {
+		// Every hook, a logger that formats every record, and the stuck
+		// watchdog: the run must keep every invariant all the same, and
+		// the hooks' tallies must match the counters (checkTally).
+		m.tally = &tally{}
+		opts = append(opts, pubsub.WithHooks(m.tally), pubsub.WithLogger(slog.New(slog.NewTextHandler(io.Discard,
+			&slog.HandlerOptions{Level: slog.LevelDebug}))), pubsub.WithStuckAfter(time.Second))
+	}
 	// No t.Cleanup closes it: stop does, deferred in the bubble's body.
-	m.b = pubsub.NewBroker(pubsub.WithRetry(retry), pubsub.WithClock(bubbleClock{}))
+	m.b = pubsub.NewBroker(opts...)
 	var err error
 	m.topic, err = pubsub.NewTopic(m.b, "jobs", codec.String(), jobCodec,
 		pubsub.WithPartitions(m.partitions), pubsub.WithRetention(m.retention))
@@ -827,6 +841,17 @@ func (m *machine) Subscribe(t *rapid.T) { m.join(t, false) }
 // Stream adds a Stream consumer to a group.
 func (m *machine) Stream(t *rapid.T) { m.join(t, true) }
 
+// SubscribeBatch adds a batch consumer (see batchHandler) to a group, with
+// a drawn batch size and wait.
+func (m *machine) SubscribeBatch(t *rapid.T) {
+	m.joinBatch = []pubsub.SubscribeOption{
+		pubsub.WithBatchSize(rapid.SampledFrom([]int{1, 2, 3, 8}).Draw(t, "batchSize")),
+		pubsub.WithBatchWait(time.Duration(rapid.SampledFrom([]int{0, 0, 3}).Draw(t, "batchWaitMs")) * time.Millisecond),
+	}
+	defer func() { m.joinBatch = nil }()
+	m.join(t, false)
+}
+
 // join adds a consumer. A new group is created with a drawn Start, and its
 // first epoch begins, in every partition, where that Start resolves
 // against the retained range now: nothing runs between the model reading
@@ -864,6 +889,8 @@ func (m *machine) join(t *rapid.T, stream bool) {
 		if s, err = m.topic.Stream(group, consumer, spec.options()...); err == nil {
 			g = s.Group()
 		}
+	} else if m.joinBatch != nil {
+		g, err = m.topic.SubscribeBatch(group, consumer, m.batchHandler(group, consumer), append(spec.options(), m.joinBatch...)...)
 	} else {
 		g, err = m.topic.Subscribe(group, consumer, m.handler(group, consumer), spec.options()...)
 	}
@@ -1603,6 +1630,87 @@ func (m *machine) handler(group, consumer string) pubsub.HandlerFunc[job] {
 	}
 }
 
+// batchHandler is a batch consumer's handler. It acts out each message's
+// fault in order, as handler does, and ends the batch at the first failure
+// with a BatchError naming it: the messages after it are not processed, so
+// they have no call. A panic fault panics when its message is the first of
+// the batch (a panic fails the first message); later in a batch the
+// handler reports it as a *PanicError at its index, as a handler that
+// recovered it would. The delivery begins when the call does and every
+// message of it ends when the call returns: the batch's commit follows
+// that, once.
+func (m *machine) batchHandler(group, consumer string) pubsub.BatchHandlerFunc[job] {
+	return func(ctx context.Context, msgs []pubsub.Message[job]) error {
+		first := msgs[0]
+		m.mu.Lock()
+		ep := m.beginLocked(group, consumer, false, first.Partition, first.Offset)
+		m.mu.Unlock()
+		var calls []call
+		var err error
+		var undecodable []string
+		panicked := false
+		for i, msg := range msgs {
+			if msg.Attempt != first.Attempt || msg.Offset != first.Offset+int64(i) || msg.Partition != first.Partition {
+				m.mu.Lock()
+				m.violations = append(m.violations, fmt.Sprintf("batch: %s/%s message %d is p%d@%d attempt %d, after p%d@%d attempt %d",
+					group, consumer, i, msg.Partition, msg.Offset, msg.Attempt, first.Partition, first.Offset, first.Attempt))
+				m.mu.Unlock()
+			}
+			if msg.Value.Sleep > 0 {
+				time.Sleep(time.Duration(msg.Value.Sleep) * time.Millisecond) // virtual time; ignores ctx on purpose
+			}
+			c := call{group: group, consumer: consumer, partition: msg.Partition, offset: msg.Offset,
+				attempt: msg.Attempt, seq: msg.Value.Seq, epoch: ep, created: msg.Created, outcome: failed}
+			var fail error
+			switch msg.Value.Fault {
+			case faultNone:
+				c.outcome = acked
+			case faultTransient:
+				if msg.Attempt <= msg.Value.K {
+					fail, c.kind = &nackError{seq: msg.Value.Seq, attempt: msg.Attempt}, "transient"
+				} else {
+					c.outcome = acked
+				}
+			case faultPermanent:
+				fail, c.kind = &nackError{seq: msg.Value.Seq, attempt: msg.Attempt, permanent: true}, "permanent"
+			case faultPanic:
+				c.kind = "panic"
+				if i == 0 {
+					panicked = true
+				} else {
+					fail = &pubsub.PanicError{Value: fmt.Sprintf("poison seq %d", msg.Value.Seq)}
+				}
+			case faultUndecodable:
+				fail, c.kind = fmt.Errorf("seq %d reached a handler though it cannot be decoded", msg.Value.Seq), "transient"
+				undecodable = append(undecodable, "decode: "+fail.Error())
+			}
+			if c.outcome == failed && ctx.Err() != nil {
+				c.outcome = cut // Close gave up: the worker drops what the handler says
+			}
+			calls = append(calls, c)
+			if c.outcome != acked {
+				if fail != nil {
+					err = &pubsub.BatchError{Index: i, Err: fail}
+				}
+				break
+			}
+		}
+		end := time.Now()
+		m.mu.Lock()
+		m.violations = append(m.violations, undecodable...)
+		delete(m.busy, gp{group, first.Partition})
+		for _, c := range calls {
+			c.end = end
+			m.calls = append(m.calls, c)
+		}
+		m.mu.Unlock()
+		if panicked {
+			panic(fmt.Sprintf("poison seq %d", first.Value.Seq))
+		}
+		return err
+	}
+}
+
 // finalFailure reports whether c is a failed attempt after which the
 // record is dead-lettered: one wrapping ErrPermanent, or one at
 // MaxAttempts or beyond (an attempt given back counts, so a record can be
@@ -2057,6 +2165,7 @@ func (m *machine) closeAndCheck(t *rapid.T) {
 		t.Fatalf("close: %d goroutines outlived Close", len(left))
 	}
 	m.Check(t) // every ack that returned before Close is in the committed offsets
+	m.checkTally(t)
 
 	if _, err := m.topic.PublishValue(context.Background(), job{}); !errors.Is(err, pubsub.ErrClosed) {
 		t.Fatalf("close: Publish after Close returned %v, want ErrClosed", err)
@@ -2081,6 +2190,94 @@ func (m *machine) closeAndCheck(t *rapid.T) {
 		}
 		if err := errors.Join(g.Pause(context.Background()), g.Resume(context.Background())); err != nil {
 			t.Fatalf("close: Pause or Resume on %s after Close: %v, want nothing done", group, err)
+		}
+	}
+}
+
+// tally is a hook that counts what the broker reports, to check against
+// its counters.
+type tally struct {
+	mu                                  sync.Mutex
+	published, blocked, timedOut        int64
+	dropped, expired                    int64
+	retried, deadLettered, skipped, ack map[string]int64
+}
+
+func (y *tally) count(m *map[string]int64, group string, n int64) {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	if *m == nil {
+		*m = map[string]int64{}
+	}
+	(*m)[group] += n
+}
+
+func (y *tally) add(n *int64, d int64) {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	*n += d
+}
+
+func (y *tally) OnPublished(_ context.Context, _ *pubsub.PublishInfo, _ pubsub.Position, err error) {
+	if err == nil {
+		y.add(&y.published, 1)
+	}
+}
+
+func (y *tally) OnBackpressure(e pubsub.BackpressureEvent) {
+	if e.Err == nil {
+		y.add(&y.blocked, 1)
+	} else {
+		y.add(&y.timedOut, 1)
+	}
+}
+
+func (y *tally) OnDrop(e pubsub.TrimEvent)   { y.add(&y.dropped, e.Count) }
+func (y *tally) OnExpire(e pubsub.TrimEvent) { y.add(&y.expired, e.Count) }
+func (y *tally) OnRetry(e pubsub.RetryEvent) { y.count(&y.retried, e.Delivery.Group, 1) }
+func (y *tally) OnDeadLetter(e pubsub.DeadLetterEvent) {
+	y.count(&y.deadLettered, e.Delivery.Group, 1)
+}
+func (y *tally) OnSkip(e pubsub.SkipEvent) { y.count(&y.skipped, e.Group, e.To-e.From) }
+func (y *tally) OnDelivered(_ context.Context, d *pubsub.DeliveryInfo, r pubsub.DeliveryResult) {
+	if r.Outcome == pubsub.OutcomeAcked {
+		y.count(&y.ack, d.Group, 1)
+	}
+}
+
+// checkTally: the hooks saw exactly what the counters count. Every
+// publish stored, wait, timeout, drop and expiry of the topic, every
+// retry, dead letter and skipped record of each group; and at least as
+// many acked deliveries as the group counts delivered (an ack that came
+// after Close returned is not counted).
+func (m *machine) checkTally(t *rapid.T) {
+	if m.tally == nil {
+		return
+	}
+	y := m.tally
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	ts := m.topic.Stats()
+	for what, got := range map[string][2]int64{
+		"published": {y.published, ts.Published}, "waited for room": {y.blocked, ts.Blocked},
+		"timed out": {y.timedOut, ts.TimedOut}, "dropped": {y.dropped, ts.Dropped}, "expired": {y.expired, ts.Expired},
+	} {
+		if got[0] != got[1] {
+			t.Fatalf("hooks: the topic %s %d records by its hooks, %d by its stats", what, got[0], got[1])
+		}
+	}
+	for _, group := range slices.Sorted(maps.Keys(m.groups)) {
+		s := m.groups[group].Stats()
+		for what, got := range map[string][2]int64{
+			"retried": {y.retried[group], s.Retried}, "dead-lettered": {y.deadLettered[group], s.DeadLettered},
+			"skipped": {y.skipped[group], s.Skipped},
+		} {
+			if got[0] != got[1] {
+				t.Fatalf("hooks: %s %s %d records by its hooks, %d by its stats", group, what, got[0], got[1])
+			}
+		}
+		if y.ack[group] < s.Delivered {
+			t.Fatalf("hooks: %s acked %d deliveries by its hooks, but counts %d delivered", group, y.ack[group], s.Delivered)
 		}
 	}
 }

@@ -29,14 +29,22 @@ import (
 // raw selects the "logbus-raw" variant: codec.RawBytes instead of
 // codec.Bytes, so a handler reads the log's own bytes instead of a copy
 // (the tracker reads them during the call, as RawBytes requires).
+//
+// consumer selects the "logbus-batch-consumer" variant: logbus-batch's
+// producers, codec.RawBytes values, and each group's consumers subscribed
+// with SubscribeBatch (batches of up to 64, no wait), so that both ends
+// move a batch per call.
 type logbusPeer struct {
-	json  bool
-	raw   bool
-	batch int
+	json     bool
+	raw      bool
+	batch    int
+	consumer bool
 }
 
 func (p logbusPeer) name() string {
 	switch {
+	case p.consumer:
+		return "logbus-batch-consumer"
 	case p.json:
 		return "logbus-json"
 	case p.raw:
@@ -82,7 +90,7 @@ func (p logbusPeer) run(sc scenario, n int) (result, error) {
 			func(tr *tracker, g int, v jsonMsg) { tr.deliverSeq(g, v.Seq, v.Sent) })
 	}
 	if p.batch > 1 {
-		return runLogbusBatches(sc, n, p.batch)
+		return runLogbusBatches(sc, n, p.batch, p.consumer)
 	}
 	values := codec.Bytes()
 	if p.raw {
@@ -126,9 +134,13 @@ func runLogbus[V any](sc scenario, n int, values codec.Codec[V],
 
 // runLogbusBatches is runLogbus for logbus-batch: bytes values, published
 // batch at a time.
-func runLogbusBatches(sc scenario, n, batch int) (result, error) {
+func runLogbusBatches(sc scenario, n, batch int, consumer bool) (result, error) {
 	check := func(tr *tracker, g int, v []byte) { tr.deliver(g, v) }
-	return withLogbus(sc, n, codec.Bytes(), check, func(ctx context.Context, topic *pubsub.Topic[string, []byte], keys []string, stamp bool) error {
+	values := codec.Bytes()
+	if consumer {
+		values = codec.RawBytes()
+	}
+	return withLogbusConsumers(sc, n, values, check, consumer, func(ctx context.Context, topic *pubsub.Topic[string, []byte], keys []string, stamp bool) error {
 		// Each producer fills its own batch buffers; the bytes codec copies
 		// on Encode, so they are reused for every batch.
 		values := make([][][]byte, sc.producers)
@@ -164,6 +176,15 @@ func withLogbus[V any](sc scenario, n int, values codec.Codec[V],
 	check func(tr *tracker, g int, v V),
 	publish func(ctx context.Context, topic *pubsub.Topic[string, V], keys []string, stamp bool) error,
 ) (res result, err error) {
+	return withLogbusConsumers(sc, n, values, check, false, publish)
+}
+
+// withLogbusConsumers is withLogbus; batches subscribes the consumers
+// with SubscribeBatch instead of Subscribe.
+func withLogbusConsumers[V any](sc scenario, n int, values codec.Codec[V],
+	check func(tr *tracker, g int, v V), batches bool,
+	publish func(ctx context.Context, topic *pubsub.Topic[string, V], keys []string, stamp bool) error,
+) (res result, err error) {
 	ctx := context.Background()
 	b := pubsub.NewBroker()
 	// Close stops every worker goroutine and waits for it, so nothing the
@@ -188,8 +209,20 @@ func withLogbus[V any](sc scenario, n int, values codec.Codec[V],
 			check(tr, g, m.Value)
 			return nil // ack
 		})
+		bh := pubsub.BatchHandlerFunc[V](func(_ context.Context, msgs []pubsub.Message[V]) error {
+			for i := range msgs {
+				check(tr, g, msgs[i].Value)
+			}
+			return nil // ack them all
+		})
 		for c := range sc.consumers {
-			if _, err := topic.Subscribe(fmt.Sprintf("g%d", g), fmt.Sprintf("c%d", c), h); err != nil {
+			group, consumer := fmt.Sprintf("g%d", g), fmt.Sprintf("c%d", c)
+			if batches {
+				_, err = topic.SubscribeBatch(group, consumer, bh, pubsub.WithBatchSize(batchSize))
+			} else {
+				_, err = topic.Subscribe(group, consumer, h)
+			}
+			if err != nil {
 				return res, err
 			}
 		}

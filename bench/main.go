@@ -78,7 +78,7 @@ var errSkip = errors.New("scenario not run by this peer")
 
 var (
 	flagScenarios = flag.String("scenarios", "S1,S2,S3", "comma-separated scenarios to run")
-	flagPeers     = flag.String("peers", "chan,chan-batch,logbus,logbus-batch,logbus-raw,logbus-json,watermill,nats,jetstream", "comma-separated peers to run")
+	flagPeers     = flag.String("peers", "chan,chan-batch,logbus,logbus-batch,logbus-batch-consumer,logbus-raw,logbus-json,watermill,nats,jetstream", "comma-separated peers to run")
 	flagN         = flag.Int("n", 300_000, "messages per run for the fast peers")
 	flagNSlow     = flag.Int("n-slow", 30_000, "messages per run for the slow peers (watermill, jetstream)")
 	flagReps      = flag.Int("reps", 3, "repetitions; the table reports medians")
@@ -110,6 +110,7 @@ func mainErr() error {
 		chanPeer{batch: batchSize},
 		logbusPeer{},
 		logbusPeer{batch: batchSize},
+		logbusPeer{batch: batchSize, consumer: true},
 		logbusPeer{raw: true},
 		logbusPeer{json: true},
 		watermillPeer{},
@@ -360,7 +361,7 @@ func (b *bench) print(scs []scenario, peers []peer, took time.Duration) {
 	}
 }
 
-const legend = `Guarantees differ, so read the numbers with them: **chan** (buffered Go channels) and **nats** (NATS core) have no acknowledgements — a message handed over is forgotten, and NATS core may drop for a slow consumer; **watermill** gochannel waits for each subscriber's Ack (and redelivers on Nack) but keeps no log, so nothing can be replayed and a message published with no subscriber is gone; **jetstream** (NATS JetStream, memory storage) acknowledges explicitly and retains the stream in memory, redelivering what was not acked; **logbus** acks through the handler's return value, commits an offset per group and partition, and retains a bounded log per partition that groups can replay (logbus-json is the same with the JSON codec of a small struct instead of the bytes codec; logbus-raw with codec.RawBytes, which hands each handler the log's own bytes, valid until it returns, instead of a copy). The **-batch** rows hand over up to 64 messages per call: chan-batch sends a slice of them per channel send, logbus-batch publishes them with one PublishValues/PublishBatch call; the guarantees are those of their peer.`
+const legend = `Guarantees differ, so read the numbers with them: **chan** (buffered Go channels) and **nats** (NATS core) have no acknowledgements — a message handed over is forgotten, and NATS core may drop for a slow consumer; **watermill** gochannel waits for each subscriber's Ack (and redelivers on Nack) but keeps no log, so nothing can be replayed and a message published with no subscriber is gone; **jetstream** (NATS JetStream, memory storage) acknowledges explicitly and retains the stream in memory, redelivering what was not acked; **logbus** acks through the handler's return value, commits an offset per group and partition, and retains a bounded log per partition that groups can replay (logbus-json is the same with the JSON codec of a small struct instead of the bytes codec; logbus-raw with codec.RawBytes, which hands each handler the log's own bytes, valid until it returns, instead of a copy). The **-batch** rows hand over up to 64 messages per call: chan-batch sends a slice of them per channel send, logbus-batch publishes them with one PublishValues/PublishBatch call, and logbus-batch-consumer does too and also consumes them in batches (SubscribeBatch, up to 64 per handler call, one commit per batch, codec.RawBytes); the guarantees are those of their peer.`
 
 const columns = `msgs/s: messages published per second, timed from the first publish until every group had every message (so in S2 each message is delivered 4 times within that time); ns/msg is its inverse. allocs/msg: runtime.MemStats.Mallocs over the same span ÷ messages published — the whole process, so it includes the peer's background goroutines and, where a peer keeps the producer's slice, the benchmark's own 64-byte payload allocation. p50/p99 latency: publish → handler, sampled every 16th message, in a separate run paced at half of the median msgs/s. ratio to channel: msgs/s ÷ chan's msgs/s in the same scenario (one message per send), for every row, the batched ones included.`
 

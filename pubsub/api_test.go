@@ -5,6 +5,7 @@ package pubsub_test
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/logbus/logbus/codec"
@@ -79,3 +80,45 @@ var (
 	_ func() codec.Codec[int8]                                                                                                       = codec.Int[int8]
 	_ func(func(int) ([]byte, error), func([]byte) (int, error)) codec.Codec[int]                                                    = codec.Func[int]
 )
+
+// The observability surface, which debughttp and the OpenTelemetry module
+// build on.
+var (
+	_ func(*pubsub.Broker) pubsub.Snapshot                                                      = (*pubsub.Broker).Snapshot
+	_ func(...pubsub.Hook) pubsub.BrokerOption                                                  = pubsub.WithHooks
+	_ func(*slog.Logger) pubsub.BrokerOption                                                    = pubsub.WithLogger
+	_ func(time.Duration) pubsub.BrokerOption                                                   = pubsub.WithStuckAfter
+	_ func(*pubsub.Group[int], context.Context, func(pubsub.DeadLetter[int]) bool) (int, error) = (*pubsub.Group[int]).Redrive
+	_                                                                                           = pubsub.Snapshot{Taken: time.Time{}, State: pubsub.Running, Partial: false, Topics: []pubsub.TopicSnapshot{{Name: "", Stats: pubsub.TopicStats{}, Partitions: []pubsub.PartitionSnapshot{{Partition: 0, Earliest: 0, End: 0, Retained: 0, RetainedBytes: 0, Reclaimed: 0, Dropped: 0, Expired: 0, Blocked: 0, TimedOut: 0}}, Groups: []pubsub.GroupSnapshot{{Name: "", Paused: false, Consumers: nil, Assignment: nil, Stats: pubsub.GroupStats{Redriven: 1}, DeadLetters: 0, Lag: 0, LagAge: 0, Partitions: []pubsub.GroupPartitionSnapshot{{Partition: 0, Owner: "", Committed: 0, Lag: 0, Oldest: time.Time{}, LagAge: 0, InFlight: false, Retrying: false, Attempt: 0, RunningFor: 0, Stuck: false, Redriving: 0}}}}}}}
+	_ pubsub.HookPublish                                                                        = hookSet{}
+	_ pubsub.HookPublished                                                                      = hookSet{}
+	_ pubsub.HookDeliver                                                                        = hookSet{}
+	_ pubsub.HookDelivered                                                                      = hookSet{}
+	_ pubsub.HookRetry                                                                          = hookSet{}
+	_ pubsub.HookDeadLetter                                                                     = hookSet{}
+	_ pubsub.HookRebalance                                                                      = hookSet{}
+	_ pubsub.HookBackpressure                                                                   = hookSet{}
+	_ pubsub.HookDrop                                                                           = hookSet{}
+	_ pubsub.HookExpire                                                                         = hookSet{}
+	_ pubsub.HookSkip                                                                           = hookSet{}
+	_ pubsub.HookStuck                                                                          = hookSet{}
+	_ pubsub.HookClose                                                                          = hookSet{}
+	_                                                                                           = []pubsub.Outcome{pubsub.OutcomeAcked, pubsub.OutcomeFailed, pubsub.OutcomeUndecodable, pubsub.OutcomeGivenBack}
+)
+
+// hookSet implements every hook with the signatures the API promises.
+type hookSet struct{}
+
+func (hookSet) OnPublish(ctx context.Context, _ *pubsub.PublishInfo) context.Context     { return ctx }
+func (hookSet) OnPublished(context.Context, *pubsub.PublishInfo, pubsub.Position, error) {}
+func (hookSet) OnDeliver(ctx context.Context, _ *pubsub.DeliveryInfo) context.Context    { return ctx }
+func (hookSet) OnDelivered(context.Context, *pubsub.DeliveryInfo, pubsub.DeliveryResult) {}
+func (hookSet) OnRetry(pubsub.RetryEvent)                                                {}
+func (hookSet) OnDeadLetter(pubsub.DeadLetterEvent)                                      {}
+func (hookSet) OnRebalance(pubsub.RebalanceEvent)                                        {}
+func (hookSet) OnBackpressure(pubsub.BackpressureEvent)                                  {}
+func (hookSet) OnDrop(pubsub.TrimEvent)                                                  {}
+func (hookSet) OnExpire(pubsub.TrimEvent)                                                {}
+func (hookSet) OnSkip(pubsub.SkipEvent)                                                  {}
+func (hookSet) OnStuck(pubsub.StuckEvent)                                                {}
+func (hookSet) OnClose(pubsub.CloseEvent)                                                {}

@@ -3,6 +3,7 @@ package pubsub_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -32,9 +33,16 @@ const benchBuffer = 1024
 
 // benchTopic returns a topic with partitions partitions and groups groups
 // of consumers consumers each, whose handlers ack and count.
-func benchTopic[V any](b *testing.B, values codec.Codec[V], partitions, groups, consumers int) (*pubsub.Broker, *pubsub.Topic[string, V], *atomic.Int64) {
+func benchTopic[V any](b *testing.B, values codec.Codec[V], partitions, groups, consumers int, opts ...pubsub.BrokerOption) (*pubsub.Broker, *pubsub.Topic[string, V], *atomic.Int64) {
 	b.Helper()
-	br := pubsub.NewBroker()
+	return benchTopicOf(b, values, partitions, groups, consumers, false, opts...)
+}
+
+// benchTopicOf is benchTopic; batches subscribes batch consumers
+// (SubscribeBatch, the default batch size) instead.
+func benchTopicOf[V any](b *testing.B, values codec.Codec[V], partitions, groups, consumers int, batches bool, opts ...pubsub.BrokerOption) (*pubsub.Broker, *pubsub.Topic[string, V], *atomic.Int64) {
+	b.Helper()
+	br := pubsub.NewBroker(opts...)
 	b.Cleanup(func() { br.Close(context.Background()) })
 	topic, err := pubsub.NewTopic(br, "bench", codec.String(), values,
 		pubsub.WithPartitions(partitions),
@@ -50,9 +58,19 @@ func benchTopic[V any](b *testing.B, values codec.Codec[V], partitions, groups, 
 		handled.Add(1)
 		return nil
 	})
+	bh := pubsub.BatchHandlerFunc[V](func(_ context.Context, msgs []pubsub.Message[V]) error {
+		handled.Add(int64(len(msgs)))
+		return nil
+	})
 	for g := range groups {
 		for c := range consumers {
-			if _, err := topic.Subscribe(fmt.Sprintf("g%d", g), fmt.Sprintf("c%d", c), h); err != nil {
+			var err error
+			if batches {
+				_, err = topic.SubscribeBatch(fmt.Sprintf("g%d", g), fmt.Sprintf("c%d", c), bh)
+			} else {
+				_, err = topic.Subscribe(fmt.Sprintf("g%d", g), fmt.Sprintf("c%d", c), h)
+			}
+			if err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -84,7 +102,11 @@ func finish(b *testing.B, br *pubsub.Broker, handled *atomic.Int64, published, g
 // reports msgs/s. With batch > 1 each iteration publishes batch records in
 // one PublishValues call; otherwise one PublishValue call.
 func benchmarkOneProducer[V any](b *testing.B, values codec.Codec[V], value V, partitions, groups, batch int) {
-	br, topic, handled := benchTopic(b, values, partitions, groups, 1)
+	benchmarkOneProducerOf(b, values, value, partitions, groups, batch, false)
+}
+
+func benchmarkOneProducerOf[V any](b *testing.B, values codec.Codec[V], value V, partitions, groups, batch int, batches bool) {
+	br, topic, handled := benchTopicOf(b, values, partitions, groups, 1, batches)
 	ctx := context.Background()
 	b.ReportAllocs()
 	start := time.Now()
@@ -155,7 +177,11 @@ func BenchmarkS3(b *testing.B) {
 }
 
 func benchmarkS3(b *testing.B, values codec.Codec[[]byte], batch int) {
-	br, topic, handled := benchTopic(b, values, 4, 1, 4)
+	benchmarkS3Of(b, values, batch, false)
+}
+
+func benchmarkS3Of(b *testing.B, values codec.Codec[[]byte], batch int, batches bool) {
+	br, topic, handled := benchTopicOf(b, values, 4, 1, 4, batches)
 	var producers, published atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(max(1, 4/runtime.GOMAXPROCS(0))) // 4 producers
@@ -184,6 +210,16 @@ func benchmarkS3(b *testing.B, values codec.Codec[[]byte], batch int) {
 		published.Add(n)
 	})
 	finish(b, br, handled, int(published.Load()), 1, start)
+}
+
+// BenchmarkBatchConsumer is S1, S2 and S3 with batches at both ends:
+// PublishValues or PublishBatch of 64, and SubscribeBatch consumers.
+func BenchmarkBatchConsumer(b *testing.B) {
+	for _, c := range byteCodecs {
+		b.Run("scenario=S1/codec="+c.name, func(b *testing.B) { benchmarkOneProducerOf(b, c.codec, payload64, 1, 1, 64, true) })
+		b.Run("scenario=S2/codec="+c.name, func(b *testing.B) { benchmarkOneProducerOf(b, c.codec, payload64, 1, 4, 64, true) })
+		b.Run("scenario=S3/codec="+c.name, func(b *testing.B) { benchmarkS3Of(b, c.codec, 64, true) })
+	}
 }
 
 // BenchmarkStream is S1 read through a Stream that acks each delivery: a
@@ -343,4 +379,47 @@ func BenchmarkChannelS3(b *testing.B) {
 		b.Fatalf("handled %d of %d", handled, b.N)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
+
+// noopHooks implements the per-record hooks and does nothing: what a hook
+// costs a record, before it does any work of its own.
+type noopHooks struct{}
+
+func (noopHooks) OnPublish(ctx context.Context, _ *pubsub.PublishInfo) context.Context     { return ctx }
+func (noopHooks) OnPublished(context.Context, *pubsub.PublishInfo, pubsub.Position, error) {}
+func (noopHooks) OnDeliver(ctx context.Context, _ *pubsub.DeliveryInfo) context.Context    { return ctx }
+
+// noopDelivered asks for delivery durations, so each delivery is timed.
+type noopDelivered struct{}
+
+func (noopDelivered) OnDelivered(context.Context, *pubsub.DeliveryInfo, pubsub.DeliveryResult) {}
+
+// BenchmarkObserved is S1 (one producer, one partition, one group, bytes,
+// one record per call) with what observes the broker: nothing, no-op
+// publish and delivery hooks, a hook that wants delivery durations, a
+// logger at Info (which logs nothing per record), and the stuck watchdog.
+func BenchmarkObserved(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts []pubsub.BrokerOption
+	}{
+		{"none", nil},
+		{"hooks=noop", []pubsub.BrokerOption{pubsub.WithHooks(noopHooks{})}},
+		{"hooks=timed", []pubsub.BrokerOption{pubsub.WithHooks(noopDelivered{})}},
+		{"logger=info", []pubsub.BrokerOption{pubsub.WithLogger(slog.New(slog.DiscardHandler))}},
+		{"stuck=1s", []pubsub.BrokerOption{pubsub.WithStuckAfter(time.Second)}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			br, topic, handled := benchTopic(b, codec.Bytes(), 1, 1, 1, c.opts...)
+			ctx := context.Background()
+			b.ReportAllocs()
+			start := time.Now()
+			for b.Loop() {
+				if _, err := topic.PublishValue(ctx, payload64); err != nil {
+					b.Fatal(err)
+				}
+			}
+			finish(b, br, handled, b.N, 1, start)
+		})
+	}
 }

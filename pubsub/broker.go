@@ -2,9 +2,12 @@ package pubsub
 
 import (
 	"context"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/internal/engine"
 )
 
@@ -15,8 +18,11 @@ import (
 // A broker must be closed with Close to stop its goroutines.
 type Broker struct {
 	eng engine.Engine
-	err error // an invalid BrokerOption, reported by NewTopic
+	err error     // an invalid BrokerOption, reported by NewTopic
+	obs *observer // nil when nothing observes the broker: no hook, logger or stuck watch
+	reg registry  // the topics and groups made through it, for a Partial Snapshot
 
+	closing  atomic.Bool // the first Close call took it: that one logs and raises HookClose
 	closeMu  sync.Mutex
 	closeErr [2]error // the engine's Close error and what Close made of it, so every Close returns the same value
 }
@@ -28,6 +34,8 @@ type BrokerOption interface{ applyBroker(*brokerConfig) }
 type brokerConfig struct {
 	engine.Config
 	engine Engine
+	hooks  []Hook
+	logger *slog.Logger
 }
 
 type brokerOptionFunc func(*brokerConfig)
@@ -108,16 +116,27 @@ func NewBroker(opts ...BrokerOption) *Broker {
 	for _, o := range opts {
 		o.applyBroker(&cfg)
 	}
-	eng, err := cfg.open()
+	obs, err := newObserver(cfg.hooks, cfg.logger, cfg.StuckAfter)
+	var eng engine.Engine
+	if err == nil {
+		cfg.Observer = obs.engineObserver()
+		eng, err = cfg.open()
+	}
 	if err != nil {
 		// A broker all the same, so that its methods work; NewTopic
 		// reports err.
 		if eng == nil {
 			eng, _ = InMemory().Open(engine.Config{})
 		}
-		err = fail(err, "new broker")
+		obs, err = nil, fail(err, "new broker")
 	}
-	return &Broker{eng: eng, err: err}
+	b := &Broker{eng: eng, err: err, obs: obs}
+	if obs != nil {
+		for _, h := range obs.newBroker {
+			obs.safely(h, "new broker", func() { h.OnNewBroker(b) })
+		}
+	}
+	return b
 }
 
 // Err returns the error of an invalid option given to NewBroker, or nil.
@@ -213,13 +232,23 @@ func (b *Broker) Close(ctx context.Context) error {
 	if err := b.check(ctx); err != nil {
 		return fail(err, "close")
 	}
+	first := b.closing.CompareAndSwap(false, true)
+	var began time.Time
+	if first && b.obs != nil {
+		began = time.Now()
+		b.obs.logAttrs(ctx, slog.LevelInfo, "logbus: closing")
+	}
 	err := b.eng.Close(ctx)
 	b.closeMu.Lock()
-	defer b.closeMu.Unlock()
 	if err != b.closeErr[0] || b.closeErr[1] == nil {
 		b.closeErr = [2]error{err, fail(err, "close")}
 	}
-	return b.closeErr[1]
+	err = b.closeErr[1]
+	b.closeMu.Unlock()
+	if first && b.obs != nil {
+		b.obs.onClose(time.Since(began), err)
+	}
+	return err
 }
 
 // Lag returns how many records of topic the group has yet to commit, over
@@ -236,6 +265,26 @@ func (b *Broker) Lag(group, topic string) (int64, error) {
 	return g.Lag(), nil
 }
 
+// Group returns an existing group of topic as a Group of its records'
+// encoded bytes: each DeadLetter's Message.Value is the value as it was
+// published (codec.Bytes). It is for tools that do not know the group's
+// types, such as a debug page: the same group as the *Group[V] that
+// Subscribe returned, with the same offsets, counters and dead letters, so
+// Pause, Resume, Seek and Replay through either move both. Leave a
+// Stream's consumer through the Stream, not through this view. An unknown
+// topic is ErrTopicNotFound, an unknown group ErrSubscription. It does not
+// block.
+func (b *Broker) Group(group, topic string) (*Group[[]byte], error) {
+	if err := b.check(context.Background()); err != nil {
+		return nil, fail(err, "group %q on topic %q", group, topic)
+	}
+	g, err := b.eng.Group(context.Background(), topic, group)
+	if err != nil {
+		return nil, fail(err, "group %q on topic %q", group, topic)
+	}
+	return &Group[[]byte]{eng: g, values: codec.Bytes(), obs: b.obs, topic: topic}, nil
+}
+
 // Replay moves the cursors of an existing group on every partition of topic
 // to from; see Group.Replay. An unknown topic is ErrTopicNotFound, an
 // unknown group ErrSubscription: to start a new group somewhere other than
@@ -248,5 +297,7 @@ func (b *Broker) Replay(ctx context.Context, group, topic string, from Start) er
 	if err != nil {
 		return fail(err, "replay group %q on topic %q", group, topic)
 	}
-	return fail(g.Replay(ctx, from.spec), "replay group %q on topic %q from %v", group, topic, from)
+	err = fail(g.Replay(ctx, from.spec), "replay group %q on topic %q from %v", group, topic, from)
+	b.obs.operator("replayed", topic, group, err, slog.String("from", from.String()))
+	return err
 }

@@ -51,6 +51,10 @@ func (c brokerConfig) open() (engine.Engine, error) {
 		err = fmt.Errorf("%w: WithClock: the engine keeps its own time", ErrInvalid)
 	case c.IDs != nil && !caps.Has(engine.CustomIDs):
 		err = fmt.Errorf("%w: WithIDs: the engine names its records itself", ErrInvalid)
+	case c.StuckAfter != 0 && !caps.Has(engine.StuckDetection):
+		err = fmt.Errorf("%w: WithStuckAfter: the engine cannot watch its handlers", ErrInvalid)
+	case c.StuckAfter < 0:
+		err = fmt.Errorf("%w: WithStuckAfter: negative threshold %v", ErrInvalid, c.StuckAfter)
 	}
 	return eng, err
 }

@@ -112,7 +112,7 @@ func ExampleGroup_DeadLetters() {
 	// shipped alice:paid on attempt 2
 	// shipped carol:paid on attempt 2
 	// dead letter: bob:cancelled after 3 attempts: cannot ship a cancelled order
-	// {Delivered:2 Retried:4 DeadLettered:1 Skipped:0 DeadLettersEvicted:0}
+	// {Delivered:2 Retried:4 DeadLettered:1 Skipped:0 DeadLettersEvicted:0 Redriven:0}
 }
 
 // A group can rewind and read again what it already read.

@@ -3,7 +3,10 @@ package pubsub
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"maps"
+	"strconv"
 	"sync"
 	"time"
 
@@ -168,10 +171,6 @@ type deliverer[V any] func(ctx context.Context, msg Message[V], revoked <-chan s
 // deliver, when not nil, stands in for handle (a Stream), and onLeave is
 // called once the consumer left and its workers exited.
 func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, Message[V]) error, deliver deliverer[V], onLeave func(), opts []SubscribeOption) (*Group[V], error) {
-	var cfg engine.GroupSpec
-	for _, o := range opts {
-		o.applySubscribe(&cfg)
-	}
 	var h engine.Handler
 	if handle != nil || deliver != nil {
 		// One arena per partition: a partition is served by one delivery at
@@ -189,15 +188,37 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 			return handOver(ctx, handle, d, v, &keys[d.Partition])
 		}
 	}
-	g, err := t.b.eng.Subscribe(context.Background(), t.Name(), group, consumer, h, onLeave, cfg)
-	if err != nil {
-		return nil, fail(err, "subscribe %q to group %q", consumer, group)
+	if o := t.b.obs; o != nil && o.delivers && h != nil {
+		h = o.wrapDelivery(group, consumer, h)
 	}
+	return t.subscribe(group, opts, func(cfg engine.GroupSpec) (engine.Group, error) {
+		for _, o := range opts {
+			if _, ok := o.(batchOption); ok {
+				return nil, fmt.Errorf("%w: WithBatchSize and WithBatchWait are for SubscribeBatch", ErrInvalid)
+			}
+		}
+		return t.b.eng.Subscribe(context.Background(), t.Name(), group, consumer, h, onLeave, cfg)
+	}, "subscribe %q to group %q", consumer, group)
+}
+
+// subscribe applies opts to a group spec, joins with join, and returns the
+// group's typed handle. Errors are wrapped with the verb format and args
+// say.
+func (t *Topic[K, V]) subscribe(group string, opts []SubscribeOption, join func(engine.GroupSpec) (engine.Group, error), format string, args ...any) (*Group[V], error) {
+	var cfg engine.GroupSpec
+	for _, o := range opts {
+		o.applySubscribe(&cfg)
+	}
+	g, err := join(cfg)
+	if err != nil {
+		return nil, fail(err, format, args...)
+	}
+	t.b.reg.addGroup(t.Name(), g)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	typed, ok := t.groups[group]
 	if !ok {
-		typed = &Group[V]{eng: g, values: t.values}
+		typed = &Group[V]{eng: g, values: t.values, obs: t.b.obs, topic: t.Name()}
 		t.groups[group] = typed
 	}
 	return typed, nil
@@ -222,6 +243,8 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 type Group[V any] struct {
 	eng    engine.Group
 	values codec.Codec[V]
+	obs    *observer // the broker's; nil when nothing observes it
+	topic  string
 
 	mu sync.Mutex
 	// streams are the group's Streams that have not left, by consumer
@@ -267,7 +290,9 @@ func (g *Group[V]) Leave(ctx context.Context, consumer string) error {
 		return fail(errNilContext, "leave group %q", g.Name())
 	}
 	g.left(consumer, nil)
-	return fail(g.eng.Leave(ctx, consumer), "leave group %q", g.Name())
+	err := fail(g.eng.Leave(ctx, consumer), "leave group %q", g.Name())
+	g.obs.operator("consumer left", g.topic, g.Name(), err, slog.String("consumer", consumer))
+	return err
 }
 
 // Assignment returns each consumer's partitions. A consumer that owns none
@@ -284,7 +309,9 @@ func (g *Group[V]) Pause(ctx context.Context) error {
 	if ctx == nil {
 		return fail(errNilContext, "pause group %q", g.Name())
 	}
-	return fail(g.eng.Pause(ctx), "pause group %q", g.Name())
+	err := fail(g.eng.Pause(ctx), "pause group %q", g.Name())
+	g.obs.operator("paused", g.topic, g.Name(), err)
+	return err
 }
 
 // Resume restarts deliveries from the committed offsets. The in-memory
@@ -295,7 +322,9 @@ func (g *Group[V]) Resume(ctx context.Context) error {
 	if ctx == nil {
 		return fail(errNilContext, "resume group %q", g.Name())
 	}
-	return fail(g.eng.Resume(ctx), "resume group %q", g.Name())
+	err := fail(g.eng.Resume(ctx), "resume group %q", g.Name())
+	g.obs.operator("resumed", g.topic, g.Name(), err)
+	return err
 }
 
 // Seek moves the group's offset on one partition. offset must lie between
@@ -309,7 +338,9 @@ func (g *Group[V]) Seek(ctx context.Context, partition int, offset int64) error 
 	if ctx == nil {
 		return fail(errNilContext, "seek group %q", g.Name())
 	}
-	return fail(g.eng.Seek(ctx, partition, offset), "seek group %q partition %d to offset %d", g.Name(), partition, offset)
+	err := fail(g.eng.Seek(ctx, partition, offset), "seek group %q partition %d to offset %d", g.Name(), partition, offset)
+	g.obs.operator("seeked", g.topic, g.Name(), err, slog.String(attrPartition, strconv.Itoa(partition)), slog.Int64("offset", offset))
+	return err
 }
 
 // Replay moves every partition's offset to from (see Start), rewinding or
@@ -321,7 +352,9 @@ func (g *Group[V]) Replay(ctx context.Context, from Start) error {
 	if ctx == nil {
 		return fail(errNilContext, "replay group %q", g.Name())
 	}
-	return fail(g.eng.Replay(ctx, from.spec), "replay group %q from %v", g.Name(), from)
+	err := fail(g.eng.Replay(ctx, from.spec), "replay group %q from %v", g.Name(), from)
+	g.obs.operator("replayed", g.topic, g.Name(), err, slog.String("from", from.String()))
+	return err
 }
 
 // Committed returns the next offset the group will read from partition, or
@@ -340,6 +373,7 @@ type GroupStats struct {
 	DeadLettered       int64 // messages given up on
 	Skipped            int64 // records trimmed by retention before the group read them
 	DeadLettersEvicted int64 // dead letters pushed out of the bounded queue
+	Redriven           int64 // dead letters Redrive sent back to the group
 }
 
 // Stats returns the group's counters.
@@ -358,25 +392,72 @@ type DeadLetter[V any] struct {
 func (g *Group[V]) DeadLetters() []DeadLetter[V] {
 	letters := g.eng.DeadLetters()
 	out := make([]DeadLetter[V], len(letters))
-	for i, l := range letters {
-		// The zero V when it cannot be decoded, as documented. Decoded from a
-		// copy, so that a codec that hands out the bytes it decodes
-		// (codec.RawBytes) gives the caller memory of its own, not the
-		// letter's, which the next call decodes again.
-		v, _ := g.values.Decode(bytes.Clone(l.Record.Value))
-		err := l.Err
-		if pe, ok := err.(*engine.PanicError); ok { // the engine recovered a handler's panic
-			err = &PanicError{Value: pe.Value, Stack: pe.Stack}
-		}
-		out[i] = DeadLetter[V]{Attempts: l.Attempts, Err: err, FailedAt: l.FailedAt}
-		// The Message a handler was given, built by the same code.
-		d := &engine.Delivery{Topic: l.Topic, Partition: l.Partition, ID: l.ID, Record: l.Record, Attempt: l.Attempts}
-		_ = handOver(context.Background(), func(_ context.Context, m Message[V]) error {
-			out[i].Message = m
-			return nil
-		}, d, v, nil)
+	for i := range letters {
+		out[i] = g.letter(&letters[i])
 	}
 	return out
+}
+
+// letter is the typed view of an engine's dead letter.
+func (g *Group[V]) letter(l *engine.DeadLetter) DeadLetter[V] {
+	// The zero V when it cannot be decoded, as documented. Decoded from a
+	// copy, so that a codec that hands out the bytes it decodes
+	// (codec.RawBytes) gives the caller memory of its own, not the
+	// letter's, which the next call decodes again.
+	v, _ := g.values.Decode(bytes.Clone(l.Record.Value))
+	out := DeadLetter[V]{Attempts: l.Attempts, Err: publicErr(l.Err), FailedAt: l.FailedAt}
+	// The Message a handler was given, built by the same code.
+	d := &engine.Delivery{Topic: l.Topic, Partition: l.Partition, ID: l.ID, Record: l.Record, Attempt: l.Attempts}
+	_ = handOver(context.Background(), func(_ context.Context, m Message[V]) error {
+		out.Message = m
+		return nil
+	}, d, v, nil)
+	return out
+}
+
+// Redrive sends the group's dead letters that match accepts (every one
+// when match is nil) back to this group, and to no other: each is taken
+// out of DeadLetters and delivered again on its partition, as a new
+// record would be, with Message.Attempt counting from 1 again, retried and
+// dead-lettered as before if it fails again. Other groups of the topic,
+// which may have handled the record, see nothing (publishing the value
+// again would reach them all). It returns how many letters it sent back,
+// counted in GroupStats.Redriven, and logs that at Info.
+//
+// To pick letters by ID, match on Message.ID:
+//
+//	n, err := g.Redrive(ctx, func(l pubsub.DeadLetter[Order]) bool { return slices.Contains(ids, l.Message.ID) })
+//
+// A redriven letter is delivered before the records its partition's
+// consumer has not read yet, and out of offset order (Message.Offset is
+// its original offset); it commits nothing, since the group's offset is
+// already past it. Drain waits for it; one that Close leaves undelivered
+// is put back in DeadLetters. match is called once per letter, under no
+// lock, on the caller's goroutine.
+//
+// The in-memory engine does not wait for the deliveries (ctx is for
+// engines that must reach a server). It fails with ErrClosed once Close
+// began, and with ErrInvalid on an engine that cannot redrive.
+func (g *Group[V]) Redrive(ctx context.Context, match func(DeadLetter[V]) bool) (int, error) {
+	if ctx == nil {
+		return 0, fail(errNilContext, "redrive group %q", g.Name())
+	}
+	n, err := redrive(ctx, g.eng, func(l *engine.DeadLetter) bool { return match(g.letter(l)) }, match == nil)
+	err = fail(err, "redrive group %q", g.Name())
+	g.obs.operator("redrove dead letters", g.topic, g.Name(), err, slog.Int("count", n))
+	return n, err
+}
+
+// redrive asks g's engine to redrive what match accepts, or everything.
+func redrive(ctx context.Context, g engine.Group, match func(*engine.DeadLetter) bool, all bool) (int, error) {
+	r, ok := g.(engine.Redriver)
+	if !ok {
+		return 0, fmt.Errorf("%w: the engine cannot redrive dead letters", ErrInvalid)
+	}
+	if all {
+		match = nil
+	}
+	return r.Redrive(ctx, match)
 }
 
 // keyArena copies delivered messages' keys, many short keys per

@@ -193,6 +193,7 @@ func NewTopic[K, V any](b *Broker, name string, keys codec.Codec[K], values code
 	if err != nil {
 		return nil, fail(err, "new topic %q", name)
 	}
+	b.reg.addTopic(t)
 	topic := &Topic[K, V]{b: b, eng: t, keys: keys, values: values, partitioner: cfg.partitioner, partitions: t.Partitions(),
 		maxBytes: cfg.Retention.MaxBytes, groups: make(map[string]*Group[V])}
 	topic.keyAppender, _ = keys.(codec.Appender[K])
@@ -270,11 +271,40 @@ func (t *Topic[K, V]) publish(ctx context.Context, rec *engine.Record, value V, 
 	if err != nil {
 		return Position{}, fail(err, "publish to topic %q", t.Name())
 	}
+	if o := t.b.obs; o != nil && o.publishes {
+		return t.publishObserved(ctx, o, p, rec)
+	}
 	offset, err := t.eng.AppendOne(ctx, p, rec)
 	if err != nil {
 		return Position{}, fail(err, "publish to topic %q", t.Name())
 	}
 	return Position{Partition: p, Offset: offset}, nil
+}
+
+// publishObserved is the end of publish when publish hooks exist: they
+// see the record before it is appended, and its fate after.
+func (t *Topic[K, V]) publishObserved(ctx context.Context, o *observer, p int, rec *engine.Record) (Position, error) {
+	info := PublishInfo{Topic: t.Name(), Partition: p, Key: rec.Key, Size: len(rec.Key) + len(rec.Value), Headers: rec.Headers}
+	hctx := o.onPublish(ctx, &info)
+	rec.Headers, info.Key = info.Headers, nil // the record is the engine's once appended
+	pos := Position{Partition: p}
+	var err error
+	if pos.Offset, err = t.eng.AppendOne(ctx, p, rec); err != nil {
+		pos, err = Position{}, fail(err, "publish to topic %q", t.Name())
+	} else {
+		info.ID = t.recordID(pos)
+	}
+	o.onPublished(hctx, &info, pos, err)
+	return pos, err
+}
+
+// recordID is the ID of the record stored at pos, when the engine can
+// tell; for the publish hooks.
+func (t *Topic[K, V]) recordID(pos Position) string {
+	if ider, ok := t.eng.(engine.RecordIDer); ok {
+		return ider.RecordID(pos.Partition, pos.Offset)
+	}
+	return ""
 }
 
 // route picks rec's partition and checks that rec can be stored there at
@@ -394,12 +424,36 @@ func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int
 		rec.Headers = maps.Clone(rec.Headers)
 		positions[i].Partition, partitions[i] = p, p
 	}
+	var infos []PublishInfo
+	var hctxs []context.Context
+	if o := t.b.obs; o != nil && o.publishes {
+		infos, hctxs = make([]PublishInfo, n), make([]context.Context, n)
+		for i, rec := range recs {
+			infos[i] = PublishInfo{Topic: t.Name(), Partition: partitions[i], Key: rec.Key,
+				Size: len(rec.Key) + len(rec.Value), Headers: rec.Headers, Batch: n}
+			hctxs[i] = o.onPublish(ctx, &infos[i])
+			rec.Headers, infos[i].Key = infos[i].Headers, nil
+		}
+	}
 	stored, err := t.eng.AppendBatch(ctx, partitions, recs, offsets)
 	for i := range stored {
 		positions[i].Offset = offsets[i]
 	}
 	if err != nil {
-		return positions[:stored], fail(err, "publish batch to topic %q", t.Name())
+		err = fail(err, "publish batch to topic %q", t.Name())
+	}
+	if infos != nil {
+		for i := range infos {
+			if i < stored {
+				infos[i].ID = t.recordID(positions[i])
+				t.b.obs.onPublished(hctxs[i], &infos[i], positions[i], nil)
+			} else {
+				t.b.obs.onPublished(hctxs[i], &infos[i], Position{}, err)
+			}
+		}
+	}
+	if err != nil {
+		return positions[:stored], err
 	}
 	return positions, nil
 }
@@ -463,20 +517,7 @@ type TopicStats struct {
 }
 
 // Stats returns the topic's counters. It does not block.
-func (t *Topic[K, V]) Stats() TopicStats {
-	var s TopicStats
-	for _, p := range t.eng.Stats() {
-		s.Published += p.End
-		s.Retained += p.Retained
-		s.RetainedBytes += p.RetainedBytes
-		s.Reclaimed += p.Reclaimed
-		s.Dropped += p.Dropped
-		s.Expired += p.Expired
-		s.Blocked += p.Blocked
-		s.TimedOut += p.TimedOut
-	}
-	return s
-}
+func (t *Topic[K, V]) Stats() TopicStats { return topicStats(t.eng.Stats()) }
 
 // Offsets returns a partition's earliest retained offset and its end offset
 // (the offset the next record will get): the range Seek accepts. A partition

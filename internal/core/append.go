@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/logbus/logbus/internal/engine"
 )
 
 // Append stores recs at the end of the log, in order, and wakes the readers
@@ -43,7 +45,8 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		n        int         // records stored
 		timer    *time.Timer // started by a wait, shared by the later ones until a record is stored
 		timedOut bool
-		blocked  bool // counted in stats.Blocked
+		blocked  bool      // counted in stats.Blocked
+		since    time.Time // when the wait began, for the observer only
 	)
 	defer func() {
 		if timer != nil {
@@ -53,8 +56,9 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 	for {
 		now := p.now()
 		p.mu.Lock()
+		before := p.trimsLocked()
 		if p.sealed {
-			p.mu.Unlock()
+			p.unlockReporting(before)
 			return n, fmt.Errorf("%w: partition %d", ErrClosed, p.index)
 		}
 		p.expireLocked(now)
@@ -74,7 +78,7 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 			}
 		}
 		if n == len(recs) {
-			p.mu.Unlock()
+			p.unlockReporting(before)
 			return n, nil
 		}
 		// Full, under Block. Arm the room channel, then look at the cursors
@@ -85,16 +89,20 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		p.armRoomLocked()
 		need := recordBytes(recs[n])
 		if p.roomLocked(need, freed) {
-			p.mu.Unlock()
+			p.unlockReporting(before)
 			continue
 		}
 		if timedOut { // the last look after the deadline found no room either
 			p.stats.TimedOut++
 			err := p.backpressureLocked(need)
-			p.mu.Unlock()
+			p.unlockReporting(before)
+			if p.obs != nil {
+				p.observeBackpressure(engine.EventBackpressureTimeout, time.Since(since), err)
+			}
 			return n, err
 		}
-		if !blocked {
+		began := !blocked
+		if began {
 			blocked = true
 			p.stats.Blocked++
 		}
@@ -103,7 +111,11 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		}
 		room := p.room
 		expiry, stopExpiry := p.expiryLocked(now)
-		p.mu.Unlock()
+		p.unlockReporting(before)
+		if began && p.obs != nil {
+			since = time.Now()
+			p.observeBackpressure(engine.EventBackpressureWait, 0, nil)
+		}
 		select {
 		case <-room:
 		case <-expiry:

@@ -26,6 +26,8 @@ type Broker struct {
 	idPrefix string       // the default IDs' per-broker prefix
 	topicSeq atomic.Int64 // numbers topics for the default IDs
 	offsets  *OffsetStore
+	stuck    *watchdog // nil unless Config.StuckAfter is set
+	obs      Observer  // nil when nothing observes; see observe.go
 
 	// handlerCtx is every handler's context. It ends only when Close gives up
 	// on draining, to hurry the handlers still running.
@@ -52,6 +54,9 @@ func NewBroker(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.StuckAfter < 0 {
+		return nil, fmt.Errorf("%w: stuck threshold %v is negative", ErrInvalid, cfg.StuckAfter)
+	}
 	var defaultClock *coarseClock
 	ageClock := cfg.Clock
 	if cfg.Clock == nil {
@@ -69,8 +74,15 @@ func NewBroker(cfg Config) (*Broker, error) {
 		topics:       make(map[string]*Topic),
 		groups:       make(map[groupKey]*Group),
 		progress:     make(chan struct{}),
+		obs:          cfg.Observer,
 	}
 	b.handlerCtx, b.stopHandlers = context.WithCancel(context.Background())
+	if cfg.StuckAfter > 0 {
+		b.stuck = newWatchdog(b, cfg.StuckAfter)
+		// The watchdog samples the workers' progress until Close halts it,
+		// after the workers exited.
+		go b.stuck.run()
+	}
 	return b, nil
 }
 
@@ -131,38 +143,71 @@ func (b *Broker) Topic(name string) (*Topic, error) {
 // the consumer has left and its workers have stopped, by Leave or by Close.
 // Every argument is checked before anything changes. It does not block.
 func (b *Broker) Subscribe(topic, group, consumer string, h Handler, onLeave func(), cfg GroupSpec) (*Group, error) {
+	if h == nil {
+		return nil, fmt.Errorf("%w: topic %q group %q consumer %q: nil handler", ErrSubscription, topic, group, consumer)
+	}
+	return b.subscribe(topic, group, consumer, handlers{one: h}, onLeave, cfg)
+}
+
+// SubscribeBatch is Subscribe for a consumer that takes its records in
+// batches, as spec says (see engine.BatchHandler).
+func (b *Broker) SubscribeBatch(topic, group, consumer string, h BatchHandler, onLeave func(), cfg GroupSpec, spec BatchSpec) (*Group, error) {
+	if h == nil {
+		return nil, fmt.Errorf("%w: topic %q group %q consumer %q: nil handler", ErrSubscription, topic, group, consumer)
+	}
+	spec, err := spec.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("topic %q group %q consumer %q: %w", topic, group, consumer, err)
+	}
+	return b.subscribe(topic, group, consumer, handlers{batch: h, spec: spec}, onLeave, cfg)
+}
+
+// subscribe checks the names, joins, and raises the rebalance outside b.mu
+// (an observer may read the broker).
+func (b *Broker) subscribe(topic, group, consumer string, h handlers, onLeave func(), cfg GroupSpec) (*Group, error) {
 	switch {
 	case group == "":
 		return nil, fmt.Errorf("%w: topic %q: empty group name", ErrSubscription, topic)
 	case consumer == "":
 		return nil, fmt.Errorf("%w: topic %q group %q: empty consumer name", ErrSubscription, topic, group)
-	case h == nil:
-		return nil, fmt.Errorf("%w: topic %q group %q consumer %q: nil handler", ErrSubscription, topic, group, consumer)
 	}
 	t, err := b.Topic(topic)
 	if err != nil {
 		return nil, err
 	}
+	g, e, err := b.join(t, group, consumer, h, onLeave, cfg)
+	if err != nil {
+		return nil, err
+	}
+	g.observe(e)
+	return g, nil
+}
+
+// join is subscribe under b.mu; it returns the rebalance event to raise
+// once b.mu is released.
+func (b *Broker) join(t *Topic, group, consumer string, h handlers, onLeave func(), cfg GroupSpec) (*Group, *Event, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.State() != Running {
-		return nil, fmt.Errorf("%w: subscribe to topic %q", ErrClosed, topic)
+		return nil, nil, fmt.Errorf("%w: subscribe to topic %q", ErrClosed, t.name)
 	}
-	key := groupKey{topic, group}
+	key := groupKey{t.name, group}
 	g, ok := b.groups[key]
 	if !ok {
 		// A new group takes its first consumer before it is registered, and
 		// under b.mu, so Close cannot begin in between: a Subscribe that
 		// fails leaves no group behind.
+		var err error
 		if g, err = newGroup(b, t, group, cfg); err != nil {
-			return nil, fmt.Errorf("topic %q group %q: %w", topic, group, err)
+			return nil, nil, fmt.Errorf("topic %q group %q: %w", t.name, group, err)
 		}
 	}
-	if err := g.Join(consumer, h, onLeave, cfg); err != nil {
-		return nil, fmt.Errorf("topic %q: %w", topic, err)
+	e, err := g.join(consumer, h, onLeave, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("topic %q: %w", t.name, err)
 	}
 	b.groups[key] = g
-	return g, nil
+	return g, e, nil
 }
 
 // Group returns the group called name on topic.
@@ -224,10 +269,14 @@ func (b *Broker) drain(ctx context.Context, skipStalled bool) error {
 func (b *Broker) behind() (behind, stalled []string) {
 	for _, g := range b.groupList() {
 		lag := g.Lag()
-		if lag == 0 {
+		redriving := g.redriving()
+		if lag == 0 && redriving == 0 {
 			continue
 		}
 		desc := fmt.Sprintf("group %q on topic %q lags %d", g.name, g.topic.name, lag)
+		if redriving > 0 {
+			desc += fmt.Sprintf(" with %d redriven dead letters to deliver", redriving)
+		}
 		if why := g.stalled(); why != "" {
 			stalled = append(stalled, desc+" and "+why)
 		} else {
@@ -341,6 +390,7 @@ func (b *Broker) Close(ctx context.Context) error {
 
 	var pending []Unfinished
 	for _, g := range groups {
+		g.reparkRedriven()
 		pending = append(pending, g.unfinished()...)
 	}
 	slices.SortFunc(pending, func(x, y Unfinished) int {
@@ -359,6 +409,9 @@ func (b *Broker) Close(ctx context.Context) error {
 	}
 	if b.defaultClock != nil {
 		b.defaultClock.stop() // after the workers: a dead letter is dated by it
+	}
+	if b.stuck != nil {
+		b.stuck.halt()
 	}
 	b.mu.Lock()
 	b.closeErr = err

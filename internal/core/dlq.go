@@ -13,15 +13,19 @@ type deadLetters struct {
 	evicted int64
 }
 
-func (q *deadLetters) add(l DeadLetter) {
+// add appends l, evicting the oldest letter when the queue is full, and
+// reports whether it did.
+func (q *deadLetters) add(l DeadLetter) (evicted bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.letters) == q.limit {
 		copy(q.letters, q.letters[1:])
 		q.letters = q.letters[:len(q.letters)-1]
 		q.evicted++
+		evicted = true
 	}
 	q.letters = append(q.letters, l)
+	return evicted
 }
 
 // snapshot returns a copy of the letters, oldest first, and the eviction count.
@@ -29,4 +33,12 @@ func (q *deadLetters) snapshot() ([]DeadLetter, int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return append([]DeadLetter(nil), q.letters...), q.evicted
+}
+
+// counts returns how many letters the queue holds and how many it
+// evicted, without copying the letters.
+func (q *deadLetters) counts() (held int, evicted int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.letters), q.evicted
 }

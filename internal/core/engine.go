@@ -23,14 +23,18 @@ func NewEngine(cfg Config) (engine.Engine, error) {
 type memEngine struct{ *Broker }
 
 var (
-	_ engine.Topic = (*Topic)(nil)
-	_ engine.Group = (*Group)(nil)
+	_ engine.BatchSubscriber = memEngine{}
+	_ engine.Topic           = (*Topic)(nil)
+	_ engine.Group           = (*Group)(nil)
 )
 
 func (memEngine) Capabilities() engine.Capabilities {
 	return engine.InjectedClock | engine.CustomIDs | engine.ExactBlock | engine.ReclaimOnCommit |
-		engine.GiveBack | engine.VirtualTime
+		engine.GiveBack | engine.VirtualTime | engine.Observed | engine.StuckDetection |
+		engine.Batches
 }
+
+var _ engine.Snapshotter = memEngine{}
 
 // CreateTopic creates the topic; it does not block, so ctx is unused.
 func (e memEngine) CreateTopic(_ context.Context, name string, spec TopicSpec) (engine.Topic, error) {
@@ -53,6 +57,16 @@ func (e memEngine) Subscribe(_ context.Context, topic, group, consumer string, h
 // Group looks the group up; it does not block, so ctx is unused.
 func (e memEngine) Group(_ context.Context, topic, group string) (engine.Group, error) {
 	g, err := e.Broker.Group(group, topic)
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// SubscribeBatch joins the group as a batch consumer; it does not block,
+// so ctx is unused.
+func (e memEngine) SubscribeBatch(_ context.Context, topic, group, consumer string, h engine.BatchHandler, onLeave func(), spec GroupSpec, batch engine.BatchSpec) (engine.Group, error) {
+	g, err := e.Broker.SubscribeBatch(topic, group, consumer, h, onLeave, spec, batch)
 	if err != nil {
 		return nil, err
 	}

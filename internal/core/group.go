@@ -67,14 +67,16 @@ type Group struct {
 
 	parts []*groupPartition // fixed; each guarded by mu as its doc says
 
-	retried, deadLettered, skipped atomic.Int64 // Delivered is counted per partition
-	dlq                            deadLetters
+	retried, deadLettered, skipped, redriven atomic.Int64 // Delivered is counted per partition
+	dlq                                      deadLetters
 }
 
 type member struct {
 	name    string
-	handler Handler
-	onLeave func() // called once, after the member left and its last worker exited; may be nil
+	handler Handler      // the per-record handler, or nil for a batch consumer
+	batch   BatchHandler // the batch handler, or nil for a per-record consumer
+	spec    BatchSpec    // resolved; for a batch consumer only
+	onLeave func()       // called once, after the member left and its last worker exited; may be nil
 
 	// Guarded by Group.mu.
 	left      bool // removed from the group, by Leave or shutdown
@@ -93,9 +95,12 @@ type groupPartition struct {
 	w      *worker // guarded by Group.mu: the worker serving it, stopping or not; nil when none runs
 	holds  int     // guarded by Group.mu: seeks waiting for the partition to be idle; no worker starts meanwhile
 
-	// progress is the partition's DeliveryState (the low 8 bits) and the
-	// count of its acks (the rest), in one word so that a state and the
-	// count are one atomic store. Only the running worker writes it (see
+	// progress is the partition's DeliveryState (the low 8 bits), the
+	// attempt on the current record (the next 8, saturating at 255) and
+	// the count of its acks (the rest), in one word so that a state, its
+	// attempt and the count are one atomic store: a snapshot or the stuck
+	// watchdog reads them without a lock, and a retry of the same record
+	// shows a word of its own. Only the running worker writes it (see
 	// retryOffset), from acks, its own count.
 	progress atomic.Uint64
 	acks     uint64 // the acks so far; see ack for when progress shows them
@@ -107,12 +112,22 @@ type groupPartition struct {
 	retryOffset int64
 	attempts    int
 
+	redrive redriveQueue // dead letters sent back by Redrive
+
 	_ cacheLinePad // progress is written per delivery: keep other partitions' off its line
 }
 
 // setState records where the current delivery stands, and the acks so far.
 func (gp *groupPartition) setState(s DeliveryState) {
-	gp.progress.Store(gp.acks<<8 | uint64(s))
+	gp.progress.Store(gp.acks<<progressAcks | uint64(min(gp.attempts, 0xff))<<8 | uint64(s))
+}
+
+// progressAcks is where the count of acks starts in progress.
+const progressAcks = 16
+
+// unpackProgress splits a progress word.
+func unpackProgress(w uint64) (s DeliveryState, attempt int, acks uint64) {
+	return DeliveryState(w & 0xff), int(w >> 8 & 0xff), w >> progressAcks
 }
 
 // ack counts an ack. When the worker goes straight on to its next record
@@ -136,7 +151,7 @@ func (gp *groupPartition) unack() {
 
 // showAck stores the state Acked if progress does not show every ack yet.
 func (gp *groupPartition) showAck() {
-	if gp.progress.Load()>>8 != gp.acks {
+	if gp.progress.Load()>>progressAcks != gp.acks {
 		gp.setState(Acked)
 	}
 }
@@ -187,25 +202,43 @@ func (g *Group) Topic() string { return g.topic.name }
 // equal the group's own configuration (ErrSubscription otherwise). After
 // the broker began closing it fails with ErrClosed.
 func (g *Group) Join(name string, h Handler, onLeave func(), cfg GroupSpec) error {
+	e, err := g.join(name, handlers{one: h}, onLeave, cfg)
+	g.observe(e)
+	return err
+}
+
+// handlers is what a member does with its records: one of one and batch
+// is set; spec, resolved, goes with batch.
+type handlers struct {
+	one   Handler
+	batch BatchHandler
+	spec  BatchSpec
+}
+
+// join is Join without raising the rebalance event, which it returns (nil
+// when there is none), for a caller that holds a lock to raise it after
+// releasing it (Broker.Subscribe holds the broker's).
+func (g *Group) join(name string, h handlers, onLeave func(), cfg GroupSpec) (*Event, error) {
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: group %q: empty consumer name", ErrSubscription, g.name)
-	case h == nil:
-		return fmt.Errorf("%w: group %q consumer %q: nil handler", ErrSubscription, g.name, name)
+		return nil, fmt.Errorf("%w: group %q: empty consumer name", ErrSubscription, g.name)
+	case h.one == nil && h.batch == nil:
+		return nil, fmt.Errorf("%w: group %q consumer %q: nil handler", ErrSubscription, g.name, name)
 	case !cfg.Equal(g.cfg):
-		return fmt.Errorf("%w: group %q exists with other options than consumer %q gives", ErrSubscription, g.name, name)
+		return nil, fmt.Errorf("%w: group %q exists with other options than consumer %q gives", ErrSubscription, g.name, name)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.stopped || g.broker.State() != Running {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	if g.memberLocked(name) != nil {
-		return fmt.Errorf("%w: group %q already has consumer %q", ErrSubscription, g.name, name)
+		return nil, fmt.Errorf("%w: group %q already has consumer %q", ErrSubscription, g.name, name)
 	}
-	g.members = append(g.members, &member{name: name, handler: h, onLeave: onLeave})
+	before := g.observedAssignmentLocked()
+	g.members = append(g.members, &member{name: name, handler: h.one, batch: h.batch, spec: h.spec, onLeave: onLeave})
 	g.rebalanceLocked()
-	return nil
+	return g.rebalanceEventLocked(before), nil
 }
 
 // Leave removes a member and rebalances: its partitions finish their
@@ -224,9 +257,15 @@ func (g *Group) Leave(ctx context.Context, name string) error {
 		g.mu.Unlock()
 		return fmt.Errorf("%w: group %q has no consumer %q", ErrSubscription, g.name, name)
 	}
+	before := g.observedAssignmentLocked()
 	g.members = slices.DeleteFunc(g.members, func(x *member) bool { return x == m })
 	m.left = true
 	g.rebalanceLocked()
+	if e := g.rebalanceEventLocked(before); e != nil {
+		g.mu.Unlock()
+		g.observe(e)
+		g.mu.Lock()
+	}
 	if m.finishLocked() {
 		g.mu.Unlock()
 		g.finishLeave(m)
@@ -380,16 +419,7 @@ func (g *Group) partitionsLocked(match func(*groupPartition) bool) string {
 func (g *Group) Assignment() map[string][]int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make(map[string][]int, len(g.members))
-	for _, m := range g.members {
-		out[m.name] = []int{}
-	}
-	for i, gp := range g.parts {
-		if gp.owner != nil {
-			out[gp.owner.name] = append(out[gp.owner.name], i)
-		}
-	}
-	return out
+	return g.assignmentLocked()
 }
 
 // Pause stops the group's deliveries after the ones in flight; the records
@@ -537,10 +567,10 @@ func (g *Group) DeliveryState(partition int) DeliveryState {
 
 // Stats returns the group's counters.
 func (g *Group) Stats() GroupStats {
-	_, evicted := g.dlq.snapshot()
+	_, evicted := g.dlq.counts()
 	var delivered int64
 	for _, gp := range g.parts {
-		delivered += int64(gp.progress.Load() >> 8)
+		delivered += int64(gp.progress.Load() >> progressAcks)
 	}
 	return GroupStats{
 		Delivered:          delivered,
@@ -548,6 +578,7 @@ func (g *Group) Stats() GroupStats {
 		DeadLettered:       g.deadLettered.Load(),
 		Skipped:            g.skipped.Load(),
 		DeadLettersEvicted: evicted,
+		Redriven:           g.redriven.Load(),
 	}
 }
 

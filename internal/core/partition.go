@@ -35,6 +35,7 @@ type Partition struct {
 	ret   Retention
 	clock Clock      // for MaxAge: how old a record is (Broker.ageClock)
 	ids   *recordIDs // names the records when the broker has no IDSource
+	obs   Observer   // the broker's; nil when nothing observes
 	free  *sync.Pool // the topic's reclaimed records; see release
 
 	// trimsUnread is whether retention can trim a record a group has not
@@ -98,7 +99,7 @@ type reader struct {
 	bell   chan struct{}
 }
 
-func newPartition(topic string, index int, ret Retention, clock Clock, free *sync.Pool) *Partition {
+func newPartition(topic string, index int, ret Retention, clock Clock, free *sync.Pool, obs Observer) *Partition {
 	trimsUnread := ret.OnFull == DropOldest || ret.MaxAge > 0
 	return &Partition{
 		topic:       topic,
@@ -106,6 +107,7 @@ func newPartition(topic string, index int, ret Retention, clock Clock, free *syn
 		ret:         ret,
 		clock:       clock,
 		free:        free,
+		obs:         obs,
 		trimsUnread: trimsUnread,
 		ring:        newRing(ret.MaxMessages, trimsUnread),
 	}
@@ -151,7 +153,7 @@ func (p *Partition) Read(offset int64, dst []*Record, c *Cursor, bell chan struc
 	}
 	now := p.now()
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlockReporting(p.trimsLocked())
 	p.expireLocked(now)
 	switch {
 	case offset < p.base:

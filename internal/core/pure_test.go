@@ -189,3 +189,21 @@ func TestCoarseClock(t *testing.T) {
 		check("after stop, a tick later", at(4*res+3*res/4))
 	})
 }
+
+// fill names a run of consecutive records as id names each of them, across
+// block boundaries.
+func TestRecordIDsFillMatchesID(t *testing.T) {
+	r := newRecordIDs("p", 1, 0, 256)
+	for _, tc := range []struct {
+		first int64
+		n     int
+	}{{0, 1}, {0, 64}, {5, 64}, {63, 2}, {60, 200}, {1000, 7}} {
+		got := make([]string, tc.n)
+		r.fill(tc.first, got)
+		for i, id := range got {
+			if want := r.id(tc.first + int64(i)); id != want {
+				t.Errorf("fill(%d, %d)[%d]: got %q, want %q", tc.first, tc.n, i, id, want)
+			}
+		}
+	}
+}

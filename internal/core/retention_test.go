@@ -179,7 +179,7 @@ func newTestPartition(t fatalfer, ret Retention, groups ...string) (*Partition, 
 	if err != nil {
 		t.Fatalf("Resolve: %v", err)
 	}
-	p := newPartition("t", 0, ret, nil, &sync.Pool{})
+	p := newPartition("t", 0, ret, nil, &sync.Pool{}, nil)
 	cursors := make([]*Cursor, len(groups))
 	for i, g := range groups {
 		cursors[i] = new(Cursor)

@@ -10,6 +10,10 @@ type (
 	Record         = engine.Record
 	Delivery       = engine.Delivery
 	Handler        = engine.Handler
+	Batch          = engine.Batch
+	BatchHandler   = engine.BatchHandler
+	BatchSpec      = engine.BatchSpec
+	BatchError     = engine.BatchError
 	Config         = engine.Config
 	Clock          = engine.Clock
 	IDSource       = engine.IDSource

@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 	"sync/atomic"
 	"time"
+
+	"github.com/logbus/logbus/internal/engine"
 )
 
 // readBatch is how many records a worker takes from its partition per read.
@@ -33,12 +35,24 @@ type worker struct {
 
 	readEnd  int64    // the offset after the last record read
 	delivery Delivery // handed to the handler; see call
+
+	// A batch consumer's worker reads into recs instead of buf (see
+	// runBatches) and hands over batch.
+	recs  []*Record
+	ids   []string
+	batch Batch
+	one   [1]*Record  // a redriven letter, handed over alone (callOne)
+	wait  *time.Timer // MaxWait, made on first use
 }
 
 // startWorker starts the worker of gp for m. The caller holds g.mu.
 func startWorker(g *Group, gp *groupPartition, m *member) *worker {
 	w := &worker{g: g, gp: gp, m: m, stop: make(chan struct{}), bell: make(chan struct{}, 1)}
 	w.delivery = Delivery{Topic: g.topic.name, Partition: gp.index, Revoked: w.stop}
+	if m.batch != nil {
+		w.recs, w.ids = make([]*Record, m.spec.MaxSize), make([]string, m.spec.MaxSize)
+		w.batch = Batch{Topic: g.topic.name, Partition: gp.index, Revoked: w.stop}
+	}
 	// The goroutine exits when stop is closed, after its current delivery;
 	// sooner, without committing, when the broker's handler context ends
 	// while a delivery is in flight.
@@ -59,8 +73,18 @@ func (w *worker) signal() {
 func (w *worker) stopping() bool { return w.stopped.Load() }
 
 func (w *worker) run() {
+	if w.m.batch != nil {
+		w.runBatches()
+		return
+	}
 	part, cursor := w.gp.part, w.gp.cursor
 	for !w.stopping() {
+		if w.gp.redrive.pending.Load() > 0 { // dead letters sent back (Redrive) come first
+			if !w.redeliver() {
+				return
+			}
+			continue
+		}
 		// Read the offset afresh each turn: it is the group's, not ours.
 		offset := cursor.Committed()
 		n, skipTo, waiting := part.Read(offset, w.buf[:], cursor, w.bell)
@@ -68,10 +92,7 @@ func (w *worker) run() {
 		case skipTo > offset:
 			// Retention trimmed records this group had not read. Skip to the
 			// earliest one and count the gap: visible loss, never silent.
-			if cursor.Commit(offset, skipTo) {
-				w.g.skipped.Add(skipTo - offset)
-				w.committed(skipTo)
-			}
+			w.skip(offset, skipTo)
 			continue
 		case waiting:
 			select {
@@ -85,6 +106,21 @@ func (w *worker) run() {
 		if !w.deliverBatch(w.buf[:n]) {
 			return
 		}
+	}
+}
+
+// skip moves the cursor from offset past the records retention trimmed
+// before the group read them, up to skipTo, and counts and reports them:
+// visible loss, never silent.
+func (w *worker) skip(offset, skipTo int64) {
+	if !w.gp.cursor.Commit(offset, skipTo) {
+		return
+	}
+	w.g.skipped.Add(skipTo - offset)
+	w.committed(skipTo)
+	if obs := w.g.broker.obs; obs != nil {
+		obs.Observe(&Event{Kind: engine.EventSkip, Topic: w.g.topic.name, Group: w.g.name,
+			Partition: w.gp.index, Offset: offset, To: skipTo})
 	}
 }
 
@@ -176,33 +212,10 @@ func (w *worker) deliver(rec *Record) outcome {
 		case errors.Is(err, ErrAbandoned), hardStop.Err() != nil:
 			return interrupted
 		case errors.Is(err, ErrPermanent) || attempt >= g.retry.MaxAttempts:
-			kept := *rec // the letter outlives the record and its buffers: see reclaimLocked
-			kept.Key, kept.Value = bytes.Clone(rec.Key), bytes.Clone(rec.Value)
-			g.dlq.add(DeadLetter{
-				Record:    &kept,
-				ID:        w.delivery.ID,
-				Topic:     w.delivery.Topic,
-				Partition: w.delivery.Partition,
-				Group:     g.name,
-				Attempts:  attempt,
-				Err:       err,
-				FailedAt:  g.broker.clock.Now(),
-			})
-			gp.retryOffset, gp.attempts = -1, 0
-			gp.setState(DeadLettered)
-			g.deadLettered.Add(1)
+			w.park(rec, w.delivery.ID, attempt, err)
 			return parked
 		}
-		g.retried.Add(1)
-		gp.setState(RetryScheduled)
-		t := time.NewTimer(g.retry.Delay(attempt))
-		select {
-		case <-t.C:
-		case <-w.stop:
-			t.Stop()
-			return interrupted
-		case <-hardStop.Done():
-			t.Stop()
+		if !w.backoff(rec, attempt, err) {
 			return interrupted
 		}
 		attempt++
@@ -227,4 +240,76 @@ func (w *worker) call(rec *Record, attempt int) (err error) {
 		d.ID = w.gp.part.ids.id(rec.Offset)
 	}
 	return w.m.handler(w.g.broker.handlerCtx, d)
+}
+
+// park puts rec, named id, in the group's dead letters after attempt
+// failed with err, and clears the partition's retry.
+func (w *worker) park(rec *Record, id string, attempt int, err error) {
+	gp, g := w.gp, w.g
+	kept := *rec // the letter outlives the record and its buffers: see reclaimLocked
+	kept.Key, kept.Value = bytes.Clone(rec.Key), bytes.Clone(rec.Value)
+	letter := DeadLetter{
+		Record:    &kept,
+		ID:        id,
+		Topic:     g.topic.name,
+		Partition: gp.index,
+		Group:     g.name,
+		Attempts:  attempt,
+		Err:       err,
+		FailedAt:  g.broker.clock.Now(),
+	}
+	evicted := g.dlq.add(letter)
+	gp.retryOffset, gp.attempts = -1, 0
+	gp.setState(DeadLettered)
+	g.deadLettered.Add(1)
+	if obs := g.broker.obs; obs != nil {
+		e := &Event{Kind: engine.EventDeadLetter, Topic: letter.Topic, Group: g.name, Consumer: w.m.name,
+			Partition: letter.Partition, Offset: rec.Offset, Attempt: attempt, ID: letter.ID, Letter: &letter, Err: err}
+		if evicted {
+			e.Count = 1
+		}
+		obs.Observe(e)
+	}
+}
+
+// backoff counts a failed attempt that will be retried, reports it, and
+// waits out its delay. It reports false when the worker was stopped first.
+func (w *worker) backoff(rec *Record, attempt int, err error) bool {
+	gp, g := w.gp, w.g
+	g.retried.Add(1)
+	gp.setState(RetryScheduled)
+	delay := g.retry.Delay(attempt)
+	if obs := g.broker.obs; obs != nil {
+		obs.Observe(&Event{Kind: engine.EventRetry, Topic: g.topic.name, Group: g.name, Consumer: w.m.name,
+			Partition: gp.index, Offset: rec.Offset, ID: w.recordID(rec), Record: rec, Attempt: attempt, Delay: delay, Err: err})
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.stop:
+	case <-g.broker.handlerCtx.Done():
+	}
+	return false
+}
+
+// callOne delivers rec alone, to whichever handler the member has: a
+// batch consumer gets a batch of one.
+func (w *worker) callOne(rec *Record, attempt int) error {
+	if w.m.batch == nil {
+		return w.call(rec, attempt)
+	}
+	w.one[0] = rec
+	defer clear(w.one[:])
+	_, err := outcomeOf(w.callBatch(w.one[:], attempt), 1)
+	return err
+}
+
+// recordID is rec's ID: the publisher's, else its position's.
+func (w *worker) recordID(rec *Record) string {
+	if rec.ID != "" || w.gp.part.ids == nil {
+		return rec.ID
+	}
+	return w.gp.part.ids.id(rec.Offset)
 }

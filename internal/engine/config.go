@@ -279,6 +279,7 @@ type GroupStats struct {
 	DeadLettered       int64 // records given up on
 	Skipped            int64 // records trimmed by retention before the group read them
 	DeadLettersEvicted int64 // dead letters pushed out of the bounded queue
+	Redriven           int64 // dead letters sent back by Redrive
 }
 
 // DeadLetter is a record a group gave up on, and why. Record is a copy of
@@ -323,6 +324,15 @@ type Config struct {
 	Clock Clock       // default: time.Now, read once per ClockResolution while in use (see coarseClock)
 	IDs   IDSource    // default: records are named by position (see recordIDs)
 	Retry RetryPolicy // every group's, unless the group sets its own
+	// Observer, when not nil, is told of the engine's events (see
+	// Observer). An engine that reports them has the Observed capability;
+	// one that does not ignores it.
+	Observer Observer
+	// StuckAfter, when positive, makes the engine report a delivery
+	// running longer than this (EventStuck) and say how long deliveries
+	// have run in its Snapshot. Only an engine with the StuckDetection
+	// capability does; the typed layer refuses it for the others.
+	StuckAfter time.Duration
 }
 
 // Clock reads the time. The broker stamps records with it, trims by age with

@@ -15,6 +15,14 @@
 // error. Reads of counters and positions (Stats, Lag, Committed,
 // Assignment, DeadLetters) are snapshots an engine may serve from what it
 // last observed, and say so in its documentation.
+//
+// Some abilities are optional, asked for with a type assertion, so an
+// engine without them still compiles and the typed layer says what it
+// does instead: an Engine may describe itself at once (Snapshotter), a
+// Topic may tell a stored record's ID (RecordIDer), a Group may send its
+// dead letters back to itself (Redriver). An engine that reports its
+// events calls Config.Observer (capability Observed); one that watches
+// its handlers honours Config.StuckAfter (StuckDetection).
 package engine
 
 import (
@@ -158,7 +166,34 @@ const (
 	// VirtualTime: the engine runs inside a testing/synctest bubble, so
 	// its waits (backoff, BlockTimeout) are exact in virtual time.
 	VirtualTime
+	// Observed: the engine reports its events to Config.Observer.
+	Observed
+	// StuckDetection: the engine honours Config.StuckAfter.
+	StuckDetection
+	// Batches: the engine is a BatchSubscriber, and delivers a batch
+	// consumer's records in batches as BatchHandler says.
+	Batches
 )
+
+// RecordIDer is implemented by a Topic that can tell the ID of a record it
+// stored, for the typed layer's publish hooks (Delivery.ID is the same
+// ID). It is optional. RecordID returns "" when it cannot tell: a record
+// named by an IDSource that is no longer retained, say.
+type RecordIDer interface {
+	RecordID(partition int, offset int64) string
+}
+
+// Redriver is implemented by a Group that can send its dead letters back
+// to itself. It is optional: the typed layer asks for it with a type
+// assertion.
+type Redriver interface {
+	// Redrive removes from the group's dead letters those match accepts
+	// (every one when match is nil), oldest first, and delivers each again
+	// to this group only, its attempts counted from 1 again; it returns
+	// how many it took. match runs under no lock of the engine's. After
+	// Close it fails with ErrClosed.
+	Redrive(ctx context.Context, match func(*DeadLetter) bool) (int, error)
+}
 
 // Runs yields the runs of a batch routed to partitions: the first index
 // and the end of each stretch of consecutive records bound for one

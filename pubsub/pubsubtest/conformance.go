@@ -80,20 +80,41 @@ const (
 	// MaxBytes: the engine honours Retention.MaxBytes, bounding the key and
 	// value bytes each partition retains.
 	MaxBytes Capability = "max-bytes"
+	// Snapshots: Broker.Snapshot describes the engine in full (not
+	// Partial): deliveries in flight with their attempt, lag in time,
+	// paused groups.
+	Snapshots Capability = "snapshots"
+	// Observed: the engine raises the events only it sees (retry, dead
+	// letter, rebalance, backpressure, drop, expiry, skip) to the hooks of
+	// pubsub.WithHooks. Publish and delivery hooks are checked on every
+	// engine.
+	Observed Capability = "observed"
+	// Redrive: Group.Redrive sends dead letters back to their group.
+	Redrive Capability = "redrive"
+	// StuckDetection: the engine honours pubsub.WithStuckAfter, reporting
+	// a delivery that runs too long to HookStuck and in the Snapshot.
+	// Checked in virtual time, so it also needs Synctest.
+	StuckDetection Capability = "stuck-detection"
+	// Batches: the engine delivers to Topic.SubscribeBatch consumers (an
+	// engine without it refuses them with pubsub.ErrInvalid), and a batch
+	// holds the records already there when the consumer looks, up to
+	// WithBatchSize.
+	Batches Capability = "batches"
 )
 
 // AllCapabilities returns every Capability, in a new slice. The in-memory
 // engine of pubsub.NewBroker has them all.
 func AllCapabilities() []Capability {
-	return []Capability{Synctest, InjectedClock, CustomIDs, ExactBlock, ReclaimOnCommit, GiveBack, DropOldest, MaxAge, MaxBytes}
+	return []Capability{Synctest, InjectedClock, CustomIDs, ExactBlock, ReclaimOnCommit, GiveBack, DropOldest, MaxAge, MaxBytes,
+		Snapshots, Observed, Redrive, StuckDetection, Batches}
 }
 
 // RunConformance checks that e keeps every guarantee of the logbus
 // documentation (the module's doc.go and the pubsub API) through the public
 // API only: per-key ordering, consumer groups, at-least-once delivery,
 // retries and dead letters, retention and backpressure, start positions,
-// seek and replay, pause, Drain, Close, streams, the error contract and
-// typed keys. An engine author calls it from a test:
+// seek and replay, pause, Drain, Close, streams, batch consumers, the
+// error contract and typed keys. An engine author calls it from a test:
 //
 //	func TestConformance(t *testing.T) {
 //		pubsubtest.RunConformance(t, pubsubtest.Engine{
@@ -198,7 +219,9 @@ func conformanceGroups() []confGroup {
 		{"Drain and ErrStalled", drainCases()},
 		{"Close and ShutdownError", closeCases()},
 		{"Streams", streamCases()},
+		{"Batch consumers", batchCases()},
 		{"Errors", errorCases()},
 		{"Typed keys", keyCases()},
+		{"Observability", observeCases()},
 	}
 }

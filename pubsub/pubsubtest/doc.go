@@ -10,6 +10,10 @@
 //     for it (WaitFor), and fails on demand (FailWith).
 //   - Clock is a clock the test moves by hand, for what the broker stamps
 //     and trims by time.
+//   - History logs publishes and every delivery's start and end (Observe
+//     wraps a handler), and Check verifies at-least-once, per-key order,
+//     exclusive ownership and that every redelivery is explained: for the
+//     failover tests of a distributed engine.
 //   - RunConformance checks a broker engine against every documented guarantee.
 //
 // # Time

@@ -1,0 +1,458 @@
+// Package debughttp serves a logbus broker's debug page: an HTML overview
+// of its topics, partitions and consumer groups (assignment, lag in records
+// and in time, deliveries in flight and stuck handlers) and of the recent
+// dead letters, with their errors and a safe preview of their bytes. The
+// page refreshes itself. Every view is also JSON, for ?format=json or an
+// Accept header naming application/json.
+//
+// Nothing is registered behind the caller's back: mount the handler where
+// you want it, under a prefix stripped from the path, and guard it as you
+// guard any operator endpoint (it names topics, groups and message bytes):
+//
+//	mux.Handle("/debug/logbus/", http.StripPrefix("/debug/logbus", debughttp.Handler(b)))
+//
+// Routes, relative to where it is mounted:
+//
+//	GET  /                                  the overview
+//	GET  /topics/{topic}                    one topic: its partitions and groups
+//	GET  /topics/{topic}/groups/{group}     one group: its partitions and dead letters
+//	POST /topics/{topic}/groups/{group}/{action}   pause, resume, replay or redrive
+//
+// The page is read-only unless WithActions is given: without it every POST
+// is refused with 403 Forbidden. With it, the actions are POST requests
+// only (a GET is 405 Method Not Allowed), and cross-origin browser requests
+// are refused with 403 (http.CrossOriginProtection), so another site cannot
+// make a visitor's browser press the buttons. Requests without the
+// browser's Origin and Sec-Fetch-Site headers (curl, scripts) are allowed.
+//
+// Reading the page takes a Broker.Snapshot and, for groups that hold dead
+// letters, a copy of them: it never waits for a handler. Actions wait as
+// the Group methods they call do, at most 5 seconds.
+package debughttp
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"mime"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/logbus/logbus/pubsub"
+)
+
+// Option configures the Handler.
+type Option interface{ apply(*config) }
+
+type config struct {
+	actions bool
+	refresh time.Duration
+	letters int
+	timeout time.Duration // bound on one action
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithActions enables the buttons that change a group: Pause, Resume,
+// Replay (from the earliest or latest record, an offset or a time) and
+// Redrive (its dead letters, one or all). Off by default: the page is then
+// read-only.
+func WithActions() Option { return optionFunc(func(c *config) { c.actions = true }) }
+
+// WithRefresh sets how often the open page refreshes its figures. The
+// default is 2s; d ≤ 0 turns refreshing off.
+func WithRefresh(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.refresh = max(d, 0) })
+}
+
+// WithDeadLetters sets how many of each group's newest dead letters the
+// pages show, 20 by default; n ≤ 0 shows none (the counts stay).
+func WithDeadLetters(n int) Option { return optionFunc(func(c *config) { c.letters = max(n, 0) }) }
+
+// Handler returns the debug page of b; it panics if b is nil. The handler
+// is safe for concurrent use and keeps no state between requests. It
+// works after b is closed too: it shows the broker stopped, and refuses
+// actions with 409 Conflict.
+func Handler(b *pubsub.Broker, opts ...Option) http.Handler {
+	if b == nil {
+		panic("debughttp: Handler of a nil *pubsub.Broker")
+	}
+	return newHandler(brokerSource{b}, opts...)
+}
+
+// source is what the handler reads and acts on (brokerSource): the page's
+// code never touches the broker itself.
+type source interface {
+	// overview describes everything, with at most letters dead letters per
+	// group, the newest first.
+	overview(letters int) overview
+	// act applies a to group on topic.
+	act(ctx context.Context, topic, group string, a action) error
+}
+
+// action is one POST: what to do to a group.
+type action struct {
+	kind string       // "pause", "resume", "replay" or "redrive"
+	from pubsub.Start // replay: where from
+	ids  []string     // redrive: the dead letters' IDs; nil for all
+}
+
+type handler struct {
+	src  source
+	cfg  config
+	mux  *http.ServeMux
+	csrf *http.CrossOriginProtection
+}
+
+func newHandler(src source, opts ...Option) *handler {
+	cfg := config{refresh: 2 * time.Second, letters: 20, timeout: 5 * time.Second}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	h := &handler{src: src, cfg: cfg, mux: http.NewServeMux(), csrf: http.NewCrossOriginProtection()}
+	h.mux.HandleFunc("GET /{$}", h.serveOverview)
+	h.mux.HandleFunc("GET /topics/{topic}", h.serveTopic)
+	h.mux.HandleFunc("GET /topics/{topic}/groups/{group}", h.serveGroup)
+	h.mux.Handle("POST /topics/{topic}/groups/{group}/{action}", h.csrf.Handler(http.HandlerFunc(h.serveAction)))
+	return h
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "" {
+		// Mounted with StripPrefix and asked for the prefix itself: the
+		// page's relative links need the trailing slash.
+		http.Redirect(w, r, requestPath(r)+"/", http.StatusFound)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// requestPath is the path the client asked for, before any StripPrefix.
+func requestPath(r *http.Request) string {
+	if u, err := url.ParseRequestURI(r.RequestURI); err == nil {
+		return u.EscapedPath()
+	}
+	return r.URL.EscapedPath()
+}
+
+func (h *handler) serveOverview(w http.ResponseWriter, r *http.Request) {
+	o := h.src.overview(h.cfg.letters)
+	if wantsJSON(r) {
+		writeJSON(w, http.StatusOK, o)
+		return
+	}
+	h.render(w, r, &page{Title: "logbus", overview: &o, Stuck: o.stuck()})
+}
+
+func (h *handler) serveTopic(w http.ResponseWriter, r *http.Request) {
+	o := h.src.overview(h.cfg.letters)
+	t := o.topic(r.PathValue("topic"))
+	if t == nil {
+		h.notFound(w, r, fmt.Sprintf("no topic %q", r.PathValue("topic")))
+		return
+	}
+	if wantsJSON(r) {
+		writeJSON(w, http.StatusOK, t)
+		return
+	}
+	h.render(w, r, &page{Title: "logbus: topic " + t.Name, overview: &o, Topic: t})
+}
+
+func (h *handler) serveGroup(w http.ResponseWriter, r *http.Request) {
+	o := h.src.overview(h.cfg.letters)
+	t, g := o.group(r.PathValue("topic"), r.PathValue("group"))
+	if g == nil {
+		h.notFound(w, r, fmt.Sprintf("no group %q on topic %q", r.PathValue("group"), r.PathValue("topic")))
+		return
+	}
+	if wantsJSON(r) {
+		writeJSON(w, http.StatusOK, g)
+		return
+	}
+	h.render(w, r, &page{Title: "logbus: group " + g.Name + " on " + t.Name, overview: &o, Topic: t, Group: g,
+		Notice: notice(r.URL.Query().Get("done"))})
+}
+
+// notice is the line a page shows after an action redirected to it.
+func notice(done string) string {
+	switch done {
+	case "pause":
+		return "Paused."
+	case "resume":
+		return "Resumed."
+	case "replay":
+		return "Replayed."
+	case "redrive":
+		return "Dead letters sent back to the group."
+	}
+	return ""
+}
+
+func (h *handler) serveAction(w http.ResponseWriter, r *http.Request) {
+	topic, group := r.PathValue("topic"), r.PathValue("group")
+	if !h.cfg.actions {
+		h.fail(w, r, http.StatusForbidden, "actions are disabled: this page is read-only (debughttp.WithActions enables them)")
+		return
+	}
+	a, err := parseAction(r)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.timeout)
+	defer cancel()
+	if err := h.src.act(ctx, topic, group, a); err != nil {
+		h.fail(w, r, statusOf(err), err.Error())
+		return
+	}
+	if wantsJSON(r) {
+		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "action": a.kind, "topic": topic, "group": group})
+		return
+	}
+	// Back to the group's page, relative to this URL so that it works
+	// under any prefix: .../groups/{group}/{action} → .../groups/{group}.
+	w.Header().Set("Location", "../"+url.PathEscape(group)+"?done="+a.kind)
+	w.WriteHeader(http.StatusSeeOther)
+}
+
+// parseAction reads the action from the path and its arguments from the
+// form: for replay, from = earliest | latest | offset | time, with offset
+// (a number) or time (RFC 3339); for redrive, id (repeated) or all=1.
+func parseAction(r *http.Request) (action, error) {
+	a := action{kind: r.PathValue("action")}
+	if err := r.ParseForm(); err != nil {
+		return a, fmt.Errorf("bad form: %v", err)
+	}
+	switch a.kind {
+	case "pause", "resume":
+	case "replay":
+		switch from := r.PostForm.Get("from"); from {
+		case "", "earliest":
+			a.from = pubsub.Earliest()
+		case "latest":
+			a.from = pubsub.Latest()
+		case "offset":
+			n, err := strconv.ParseInt(strings.TrimSpace(r.PostForm.Get("offset")), 10, 64)
+			if err != nil || n < 0 {
+				return a, fmt.Errorf("replay from offset: %q is not an offset", r.PostForm.Get("offset"))
+			}
+			a.from = pubsub.AtOffset(n)
+		case "time":
+			t, err := time.Parse(time.RFC3339, strings.TrimSpace(r.PostForm.Get("time")))
+			if err != nil {
+				return a, fmt.Errorf("replay from time: %q is not an RFC 3339 time", r.PostForm.Get("time"))
+			}
+			a.from = pubsub.AtTime(t)
+		default:
+			return a, fmt.Errorf("replay from %q: want earliest, latest, offset or time", from)
+		}
+	case "redrive":
+		a.ids = r.PostForm["id"]
+		switch {
+		case len(a.ids) > 0 && r.PostForm.Get("all") != "":
+			return a, errors.New("redrive: give id or all, not both")
+		case len(a.ids) == 0 && r.PostForm.Get("all") == "":
+			return a, errors.New("redrive: say which dead letters (id) or all=1")
+		}
+	default:
+		return a, fmt.Errorf("no action %q: want pause, resume, replay or redrive", a.kind)
+	}
+	return a, nil
+}
+
+// statusOf maps an action's error to an HTTP status.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, pubsub.ErrTopicNotFound), errors.Is(err, pubsub.ErrSubscription), errors.Is(err, errNoLetter):
+		return http.StatusNotFound
+	case errors.Is(err, pubsub.ErrInvalid), errors.Is(err, pubsub.ErrOffsetOutOfRange):
+		return http.StatusBadRequest
+	case errors.Is(err, pubsub.ErrClosed):
+		return http.StatusConflict
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}
+
+// errNoLetter is a redrive of an ID the group holds no dead letter for.
+var errNoLetter = errors.New("no such dead letter")
+
+func (h *handler) notFound(w http.ResponseWriter, r *http.Request, msg string) {
+	h.fail(w, r, http.StatusNotFound, msg)
+}
+
+// fail answers with an error, as JSON or as a short page.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, code int, msg string) {
+	if wantsJSON(r) {
+		writeJSON(w, code, map[string]string{"error": msg})
+		return
+	}
+	h.render(w, r, &page{Title: "logbus: " + http.StatusText(code), Error: msg, Code: code})
+}
+
+// wantsJSON reports whether r asks for JSON: ?format=json, or an Accept
+// header that names application/json (and is not a browser's, which names
+// text/html first).
+func wantsJSON(r *http.Request) bool {
+	if f := r.URL.Query().Get("format"); f != "" {
+		return f == "json"
+	}
+	for part := range strings.SplitSeq(r.Header.Get("Accept"), ",") {
+		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch mt {
+		case "application/json":
+			return true
+		case "text/html":
+			return false
+		}
+	}
+	return false
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the client went away: nothing to do
+}
+
+// page is what the template renders.
+type page struct {
+	Title   string
+	Root    string // the relative path from this page to the handler's root, "./" or "../…"
+	Nonce   string // of the page's script and style, for its Content-Security-Policy
+	Refresh int64  // milliseconds between refreshes; 0 for none
+	Actions bool
+	Notice  string // the outcome of an action, after its redirect
+	Error   string // an error page's message
+	Code    int    // an error page's status; 0 for 200
+	*overview
+	Topic *topicView
+	Group *groupView
+	Stuck []stuckView
+}
+
+//go:embed page.html
+var files embed.FS
+
+var tmpl = template.Must(template.New("page.html").Funcs(template.FuncMap{
+	"topicHref": func(root, topic string) string { return root + "topics/" + url.PathEscape(topic) },
+	"groupHref": func(root, topic, group string) string {
+		return root + "topics/" + url.PathEscape(topic) + "/groups/" + url.PathEscape(group)
+	},
+	"age":  age,
+	"ints": joinInts,
+	"list": func(t *topicView) []topicView { return []topicView{*t} },
+	// args passes named values to a nested template: args "Root" .Root "Group" $g.
+	"args": func(kv ...any) (map[string]any, error) {
+		if len(kv)%2 != 0 {
+			return nil, errors.New("args: odd number of arguments")
+		}
+		m := make(map[string]any, len(kv)/2)
+		for i := 0; i < len(kv); i += 2 {
+			k, ok := kv[i].(string)
+			if !ok {
+				return nil, fmt.Errorf("args: key %v is not a string", kv[i])
+			}
+			m[k] = kv[i+1]
+		}
+		return m, nil
+	},
+}).ParseFS(files, "page.html"))
+
+func (h *handler) render(w http.ResponseWriter, r *http.Request, p *page) {
+	var nonce [16]byte
+	_, _ = rand.Read(nonce[:]) // crypto/rand.Read never fails
+	p.Nonce = base64.RawURLEncoding.EncodeToString(nonce[:])
+	p.Root = root(r)
+	p.Actions = h.cfg.actions
+	if p.Error == "" {
+		p.Refresh = h.cfg.refresh.Milliseconds()
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'nonce-"+p.Nonce+"'; style-src 'nonce-"+p.Nonce+
+		"'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	if p.Code != 0 {
+		w.WriteHeader(p.Code)
+	}
+	_ = tmpl.Execute(w, p) // fails only when the client went away
+}
+
+// root is the relative path from the page r asked for back to the
+// handler's root, whatever prefix it is mounted under.
+func root(r *http.Request) string {
+	depth := strings.Count(r.URL.EscapedPath(), "/") - 1
+	if depth <= 0 {
+		return "./"
+	}
+	return strings.Repeat("../", depth)
+}
+
+// age formats seconds for a person: "0", "850ms", "12.3s", "4m05s", "2h13m".
+func age(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d <= 0:
+		return "0"
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+}
+
+func joinInts(ps []int) string {
+	s := make([]string, len(ps))
+	for i, p := range slices.Sorted(slices.Values(ps)) {
+		s[i] = strconv.Itoa(p)
+	}
+	return strings.Join(s, ", ")
+}
+
+// topic finds a topic by name.
+func (o *overview) topic(name string) *topicView {
+	for i := range o.Topics {
+		if o.Topics[i].Name == name {
+			return &o.Topics[i]
+		}
+	}
+	return nil
+}
+
+// group finds a group of a topic by name.
+func (o *overview) group(topic, name string) (*topicView, *groupView) {
+	t := o.topic(topic)
+	if t == nil {
+		return nil, nil
+	}
+	for i := range t.Groups {
+		if t.Groups[i].Name == name {
+			return t, &t.Groups[i]
+		}
+	}
+	return t, nil
+}

@@ -1,0 +1,30 @@
+module github.com/logbus/logbus/examples/jetstream
+
+go 1.26.0
+
+replace (
+	github.com/logbus/logbus => ../..
+	github.com/logbus/logbus/jetstream => ../../jetstream
+)
+
+require (
+	github.com/logbus/logbus v0.0.0-00010101000000-000000000000
+	github.com/logbus/logbus/jetstream v0.0.0-00010101000000-000000000000
+	github.com/nats-io/nats.go v1.56.0
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
+	github.com/google/go-tpm v0.9.8 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
+	github.com/minio/highwayhash v1.0.4 // indirect
+	github.com/nats-io/jwt/v2 v2.8.3 // indirect
+	github.com/nats-io/nats-server/v2 v2.15.3 // indirect
+	github.com/nats-io/nkeys v0.4.17 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+)

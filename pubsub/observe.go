@@ -1,0 +1,565 @@
+package pubsub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/logbus/logbus/internal/engine"
+)
+
+// observer is what watches a broker: its hooks, sorted by kind once when
+// the broker is built, its logger and its stuck threshold. A Broker that
+// nothing observes has none, so the hot paths pay one nil check; one with
+// hooks of some kinds only pays, on the other paths, a check of a bool.
+type observer struct {
+	stuck time.Duration
+	log   *slog.Logger // nil: nothing is logged
+
+	// What the typed layer must wrap: publishes when a publish hook
+	// exists, deliveries when a delivery hook or a logger (for panics)
+	// does; timed when some hook wants durations.
+	publishes, delivers, timed bool
+
+	publish      []HookPublish
+	published    []HookPublished
+	deliver      []HookDeliver
+	delivered    []HookDelivered
+	retry        []HookRetry
+	deadLetter   []HookDeadLetter
+	rebalance    []HookRebalance
+	backpressure []HookBackpressure
+	drop         []HookDrop
+	expire       []HookExpire
+	skip         []HookSkip
+	stuckHooks   []HookStuck
+	close        []HookClose
+	newBroker    []HookNewBroker
+
+	warns limiter // rate-limits the Warn records that can flood
+}
+
+// newObserver sorts hooks by kind. It returns nil when nothing observes,
+// and an error wrapping ErrInvalid for a hook that implements no Hook
+// interface.
+func newObserver(hooks []Hook, log *slog.Logger, stuck time.Duration) (*observer, error) {
+	if len(hooks) == 0 && log == nil && stuck == 0 {
+		return nil, nil
+	}
+	o := &observer{stuck: stuck, log: log}
+	for i, h := range hooks {
+		n := 0
+		if x, ok := h.(HookPublish); ok {
+			o.publish, n = append(o.publish, x), n+1
+		}
+		if x, ok := h.(HookPublished); ok {
+			o.published, n = append(o.published, x), n+1
+		}
+		if x, ok := h.(HookDeliver); ok {
+			o.deliver, n = append(o.deliver, x), n+1
+		}
+		if x, ok := h.(HookDelivered); ok {
+			o.delivered, n = append(o.delivered, x), n+1
+		}
+		if x, ok := h.(HookRetry); ok {
+			o.retry, n = append(o.retry, x), n+1
+		}
+		if x, ok := h.(HookDeadLetter); ok {
+			o.deadLetter, n = append(o.deadLetter, x), n+1
+		}
+		if x, ok := h.(HookRebalance); ok {
+			o.rebalance, n = append(o.rebalance, x), n+1
+		}
+		if x, ok := h.(HookBackpressure); ok {
+			o.backpressure, n = append(o.backpressure, x), n+1
+		}
+		if x, ok := h.(HookDrop); ok {
+			o.drop, n = append(o.drop, x), n+1
+		}
+		if x, ok := h.(HookExpire); ok {
+			o.expire, n = append(o.expire, x), n+1
+		}
+		if x, ok := h.(HookSkip); ok {
+			o.skip, n = append(o.skip, x), n+1
+		}
+		if x, ok := h.(HookStuck); ok {
+			o.stuckHooks, n = append(o.stuckHooks, x), n+1
+		}
+		if x, ok := h.(HookClose); ok {
+			o.close, n = append(o.close, x), n+1
+		}
+		if x, ok := h.(HookNewBroker); ok {
+			o.newBroker, n = append(o.newBroker, x), n+1
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("%w: WithHooks: hook %d (%T) implements no Hook interface", ErrInvalid, i, h)
+		}
+	}
+	o.publishes = len(o.publish)+len(o.published) > 0
+	o.delivers = len(o.deliver)+len(o.delivered) > 0 || log != nil
+	o.timed = len(o.delivered) > 0
+	return o, nil
+}
+
+// engineObserver is what the engine is given: the observer when something
+// listens to the engine's events, else nil, so the engine pays nothing.
+func (o *observer) engineObserver() engine.Observer {
+	if o == nil || o.log == nil && len(o.retry)+len(o.deadLetter)+len(o.rebalance)+len(o.backpressure)+
+		len(o.drop)+len(o.expire)+len(o.skip)+len(o.stuckHooks) == 0 {
+		return nil
+	}
+	return o
+}
+
+// stuckAfter is the WithStuckAfter threshold, 0 when off.
+func (o *observer) stuckAfter() time.Duration {
+	if o == nil {
+		return 0
+	}
+	return o.stuck
+}
+
+// safely calls f, recovering a panic of the hook it calls: logged, and
+// otherwise ignored, so a broken hook breaks neither the event nor the
+// other hooks.
+func (o *observer) safely(hook any, event string, f func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			o.logAttrs(context.Background(), slog.LevelError, "logbus: hook panicked",
+				slog.String("hook", fmt.Sprintf("%T", hook)), slog.String("event", event),
+				slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+		}
+	}()
+	f()
+}
+
+// logAttrs logs when a logger is set and enabled for level.
+func (o *observer) logAttrs(ctx context.Context, level slog.Level, msg string, attrs ...slog.Attr) {
+	if o.log == nil || !o.log.Enabled(ctx, level) {
+		return
+	}
+	o.log.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// enabled reports whether a record at level would be logged.
+func (o *observer) enabled(level slog.Level) bool {
+	return o != nil && o.log != nil && o.log.Enabled(context.Background(), level)
+}
+
+// The attribute keys: OpenTelemetry's messaging conventions where they
+// have one.
+const (
+	attrTopic     = "messaging.destination.name"
+	attrGroup     = "messaging.consumer.group.name"
+	attrPartition = "messaging.destination.partition.id"
+	attrID        = "messaging.message.id"
+)
+
+func topicAttrs(topic string, partition int) []slog.Attr {
+	return []slog.Attr{slog.String(attrTopic, topic), slog.String(attrPartition, strconv.Itoa(partition))}
+}
+
+func deliveryAttrs(d *DeliveryInfo) []slog.Attr {
+	attrs := []slog.Attr{slog.String(attrTopic, d.Topic), slog.String(attrGroup, d.Group),
+		slog.String(attrPartition, strconv.Itoa(d.Partition)), slog.Int64("offset", d.Offset)}
+	if d.ID != "" {
+		attrs = append(attrs, slog.String(attrID, d.ID))
+	}
+	if d.Consumer != "" {
+		attrs = append(attrs, slog.String("consumer", d.Consumer))
+	}
+	return append(attrs, slog.Int("attempt", d.Attempt))
+}
+
+// ---- the typed layer's events ----
+
+// onPublish runs the HookPublish hooks, each with the context the one
+// before returned.
+func (o *observer) onPublish(ctx context.Context, p *PublishInfo) context.Context {
+	for _, h := range o.publish {
+		o.safely(h, "publish", func() {
+			if c := h.OnPublish(ctx, p); c != nil {
+				ctx = c
+			}
+		})
+	}
+	return ctx
+}
+
+func (o *observer) onPublished(ctx context.Context, p *PublishInfo, pos Position, err error) {
+	for _, h := range o.published {
+		o.safely(h, "published", func() { h.OnPublished(ctx, p, pos, err) })
+	}
+}
+
+// wrapDelivery returns next raising the delivery hooks around each call,
+// and logging a handler's panic, for a consumer of group.
+func (o *observer) wrapDelivery(group, consumer string, next engine.Handler) engine.Handler {
+	if len(o.deliver)+len(o.delivered) == 0 {
+		// A logger alone: only a panic needs looking at, so the delivery
+		// is described only then.
+		return func(ctx context.Context, d *engine.Delivery) error {
+			err := callRecovering(ctx, d, next)
+			if pe, ok := err.(*engine.PanicError); ok {
+				o.logPanic(ctx, describe(d, group, consumer), pe)
+			}
+			return err
+		}
+	}
+	return func(ctx context.Context, d *engine.Delivery) error {
+		info := describe(d, group, consumer)
+		for _, h := range o.deliver {
+			o.safely(h, "deliver", func() {
+				if c := h.OnDeliver(ctx, &info); c != nil {
+					ctx = c
+				}
+			})
+		}
+		var start time.Time
+		if o.timed {
+			start = time.Now()
+		}
+		err := callRecovering(ctx, d, next)
+		r := DeliveryResult{Err: publicErr(err)}
+		if o.timed {
+			r.Took = time.Since(start)
+		}
+		r.Outcome, r.Err = outcomeOf(err)
+		if pe, ok := err.(*engine.PanicError); ok {
+			o.logPanic(ctx, info, pe)
+		}
+		for _, h := range o.delivered {
+			o.safely(h, "delivered", func() { h.OnDelivered(ctx, &info, r) })
+		}
+		return err
+	}
+}
+
+// outcomeOf is the Outcome of an attempt that ended with err, and the error
+// the hooks see.
+func outcomeOf(err error) (Outcome, error) {
+	switch _, undecodable := errors.AsType[*DecodeError](err); {
+	case err == nil:
+		return OutcomeAcked, nil
+	case errors.Is(err, engine.ErrAbandoned):
+		return OutcomeGivenBack, nil
+	case undecodable:
+		return OutcomeUndecodable, publicErr(err)
+	}
+	return OutcomeFailed, publicErr(err)
+}
+
+// wrapBatch is wrapDelivery for a batch consumer. Each record of a batch
+// is a delivery to the hooks: all of them begin before the handler is
+// called and end after it returns. With a *BatchError, the records before
+// its Index are acked, the one at it ends as its Err says, and the ones
+// after it are given back (they come again); with any other error the
+// first record fails and the others are given back.
+func (o *observer) wrapBatch(group, consumer string, next engine.BatchHandler) engine.BatchHandler {
+	return func(ctx context.Context, b *engine.Batch) error {
+		infos := make([]DeliveryInfo, len(b.Records))
+		for i, rec := range b.Records {
+			infos[i] = DeliveryInfo{Topic: b.Topic, Group: group, Consumer: consumer, Partition: b.Partition,
+				Offset: rec.Offset, ID: b.IDs[i], Attempt: b.Attempt, Created: rec.Created, Key: rec.Key, Headers: rec.Headers}
+			for _, h := range o.deliver {
+				o.safely(h, "deliver", func() {
+					if c := h.OnDeliver(ctx, &infos[i]); c != nil {
+						ctx = c
+					}
+				})
+			}
+		}
+		var start time.Time
+		if o.timed {
+			start = time.Now()
+		}
+		err := callBatchRecovering(ctx, b, next)
+		var took time.Duration
+		if o.timed {
+			took = time.Since(start)
+		}
+		done, failed := len(infos), error(nil)
+		if err != nil {
+			done, failed = 0, err
+			if be, ok := errors.AsType[*engine.BatchError](err); ok && be.Index >= 0 && be.Index < len(infos) {
+				done, failed = be.Index, be.Err
+			}
+		}
+		if pe, ok := failed.(*engine.PanicError); ok {
+			o.logPanic(ctx, infos[done], pe)
+		}
+		for i := range infos {
+			r := DeliveryResult{Took: took, Outcome: OutcomeAcked}
+			switch {
+			case i == done:
+				r.Outcome, r.Err = outcomeOf(failed)
+			case i > done:
+				r.Outcome = OutcomeGivenBack
+			}
+			for _, h := range o.delivered {
+				o.safely(h, "delivered", func() { h.OnDelivered(ctx, &infos[i], r) })
+			}
+		}
+		return err
+	}
+}
+
+// describe is the DeliveryInfo of d to a consumer of group.
+func describe(d *engine.Delivery, group, consumer string) DeliveryInfo {
+	return DeliveryInfo{Topic: d.Topic, Group: group, Consumer: consumer, Partition: d.Partition,
+		Offset: d.Record.Offset, ID: d.ID, Attempt: d.Attempt, Created: d.Record.Created,
+		Key: d.Record.Key, Headers: d.Record.Headers}
+}
+
+// logPanic logs a handler's recovered panic at Error, with its stack.
+// A handler that panics on every record would flood the log, so this too
+// is let through once a second per group and partition.
+func (o *observer) logPanic(ctx context.Context, d DeliveryInfo, pe *engine.PanicError) {
+	if !o.enabled(slog.LevelError) {
+		return
+	}
+	if ok, left := o.warns.allow("panic", d.Topic, d.Group, d.Partition); ok {
+		o.logAttrs(ctx, slog.LevelError, "logbus: handler panicked",
+			append(deliveryAttrs(&d), slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)),
+				slog.Int64("not_logged", left))...)
+	}
+}
+
+// callRecovering calls next, turning a panic into the *engine.PanicError
+// the engine would have made of it, so the hooks see the attempt's
+// outcome.
+func callRecovering(ctx context.Context, d *engine.Delivery, next engine.Handler) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &engine.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return next(ctx, d)
+}
+
+// callBatchRecovering is callRecovering for a batch handler.
+func callBatchRecovering(ctx context.Context, b *engine.Batch, next engine.BatchHandler) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &engine.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return next(ctx, b)
+}
+
+// publicErr turns the engine's error types into pubsub's.
+func publicErr(err error) error {
+	if pe, ok := err.(*engine.PanicError); ok {
+		return &PanicError{Value: pe.Value, Stack: pe.Stack}
+	}
+	return err
+}
+
+// onClose logs and raises the end of the first Close.
+func (o *observer) onClose(took time.Duration, err error) {
+	if err == nil {
+		o.logAttrs(context.Background(), slog.LevelInfo, "logbus: broker closed", slog.Duration("took", took))
+	} else if o.enabled(slog.LevelError) {
+		o.logAttrs(context.Background(), slog.LevelError, "logbus: close left records behind",
+			slog.Duration("took", took), slog.String("error", err.Error()))
+		if se, ok := errors.AsType[*ShutdownError](err); ok {
+			for _, u := range se.Unfinished {
+				o.logAttrs(context.Background(), slog.LevelWarn, "logbus: partition left unfinished",
+					slog.String(attrTopic, u.Topic), slog.String(attrGroup, u.Group),
+					slog.String(attrPartition, strconv.Itoa(u.Partition)), slog.Int64("committed", u.Committed),
+					slog.Int64("end", u.End), slog.Bool("running", u.Running))
+			}
+		}
+	}
+	e := CloseEvent{Took: took, Err: err}
+	for _, h := range o.close {
+		o.safely(h, "close", func() { h.OnClose(e) })
+	}
+}
+
+// operator logs an operator's action on a group at Info.
+func (o *observer) operator(action, topic, group string, err error, attrs ...slog.Attr) {
+	if !o.enabled(slog.LevelInfo) {
+		return
+	}
+	attrs = append([]slog.Attr{slog.String(attrTopic, topic), slog.String(attrGroup, group)}, attrs...)
+	if err != nil {
+		attrs = append(attrs, slog.String("error", err.Error()))
+	}
+	o.logAttrs(context.Background(), slog.LevelInfo, "logbus: "+action, attrs...)
+}
+
+// ---- the engine's events ----
+
+// Observe is the engine's report of an event (engine.Observer): logged,
+// then handed to the hooks of its kind.
+func (o *observer) Observe(e *engine.Event) {
+	ctx := context.Background()
+	switch e.Kind {
+	case engine.EventRetry:
+		ev := RetryEvent{Delivery: eventDelivery(e), Delay: e.Delay, Err: publicErr(e.Err)}
+		if o.enabled(slog.LevelDebug) {
+			o.logAttrs(ctx, slog.LevelDebug, "logbus: delivery failed, retrying",
+				append(deliveryAttrs(&ev.Delivery), slog.Duration("delay", e.Delay), errAttr(ev.Err))...)
+		}
+		for _, h := range o.retry {
+			o.safely(h, "retry", func() { h.OnRetry(ev) })
+		}
+	case engine.EventDeadLetter:
+		ev := DeadLetterEvent{Delivery: eventDelivery(e), Err: publicErr(e.Err), Evicted: e.Count > 0}
+		if o.enabled(slog.LevelWarn) {
+			if ok, left := o.warns.allow("dead letter", e.Topic, e.Group, e.Partition); ok {
+				o.logAttrs(ctx, slog.LevelWarn, "logbus: dead-lettered",
+					append(deliveryAttrs(&ev.Delivery), errAttr(ev.Err), slog.String("kind", deadLetterKind(ev.Err)),
+						slog.Bool("evicted_oldest", ev.Evicted), slog.Int64("not_logged", left))...)
+			}
+		}
+		for _, h := range o.deadLetter {
+			o.safely(h, "dead letter", func() { h.OnDeadLetter(ev) })
+		}
+	case engine.EventRebalance:
+		ev := RebalanceEvent{Topic: e.Topic, Group: e.Group, Before: e.Before, After: e.After}
+		o.logAttrs(ctx, slog.LevelInfo, "logbus: rebalanced", slog.String(attrTopic, e.Topic),
+			slog.String(attrGroup, e.Group), slog.Any("before", e.Before), slog.Any("after", e.After))
+		for _, h := range o.rebalance {
+			o.safely(h, "rebalance", func() { h.OnRebalance(ev) })
+		}
+	case engine.EventBackpressureWait, engine.EventBackpressureTimeout:
+		ev := BackpressureEvent{Topic: e.Topic, Partition: e.Partition, Waited: e.Delay, Err: e.Err}
+		switch {
+		case e.Err == nil:
+			o.logAttrs(ctx, slog.LevelDebug, "logbus: partition full, publish waiting", topicAttrs(e.Topic, e.Partition)...)
+		case o.enabled(slog.LevelWarn):
+			if ok, left := o.warns.allow("backpressure", e.Topic, "", e.Partition); ok {
+				o.logAttrs(ctx, slog.LevelWarn, "logbus: publish gave up on a full partition",
+					append(topicAttrs(e.Topic, e.Partition), slog.Duration("waited", e.Delay), errAttr(e.Err),
+						slog.Int64("not_logged", left))...)
+			}
+		}
+		for _, h := range o.backpressure {
+			o.safely(h, "backpressure", func() { h.OnBackpressure(ev) })
+		}
+	case engine.EventDrop:
+		ev := TrimEvent{Topic: e.Topic, Partition: e.Partition, Count: e.Count}
+		o.logAttrs(ctx, slog.LevelDebug, "logbus: dropped records to make room",
+			append(topicAttrs(e.Topic, e.Partition), slog.Int64("count", e.Count))...)
+		for _, h := range o.drop {
+			o.safely(h, "drop", func() { h.OnDrop(ev) })
+		}
+	case engine.EventExpire:
+		ev := TrimEvent{Topic: e.Topic, Partition: e.Partition, Count: e.Count}
+		o.logAttrs(ctx, slog.LevelDebug, "logbus: expired records",
+			append(topicAttrs(e.Topic, e.Partition), slog.Int64("count", e.Count))...)
+		for _, h := range o.expire {
+			o.safely(h, "expire", func() { h.OnExpire(ev) })
+		}
+	case engine.EventSkip:
+		ev := SkipEvent{Topic: e.Topic, Group: e.Group, Partition: e.Partition, From: e.Offset, To: e.To}
+		if o.enabled(slog.LevelWarn) {
+			if ok, left := o.warns.allow("skip", e.Topic, e.Group, e.Partition); ok {
+				o.logAttrs(ctx, slog.LevelWarn, "logbus: skipped records trimmed before the group read them",
+					append(topicAttrs(e.Topic, e.Partition), slog.String(attrGroup, e.Group),
+						slog.Int64("from", e.Offset), slog.Int64("to", e.To), slog.Int64("not_logged", left))...)
+			}
+		}
+		for _, h := range o.skip {
+			o.safely(h, "skip", func() { h.OnSkip(ev) })
+		}
+	case engine.EventStuck, engine.EventUnstuck:
+		ev := StuckEvent{Delivery: eventDelivery(e), Running: e.Delay, Returned: e.Kind == engine.EventUnstuck}
+		if ev.Returned {
+			o.logAttrs(ctx, slog.LevelInfo, "logbus: stuck handler returned",
+				append(deliveryAttrs(&ev.Delivery), slog.Duration("ran", e.Delay))...)
+		} else {
+			o.logAttrs(ctx, slog.LevelWarn, "logbus: handler stuck",
+				append(deliveryAttrs(&ev.Delivery), slog.Duration("running", e.Delay))...)
+		}
+		for _, h := range o.stuckHooks {
+			o.safely(h, "stuck", func() { h.OnStuck(ev) })
+		}
+	}
+}
+
+// eventDelivery is the delivery an engine event concerns.
+func eventDelivery(e *engine.Event) DeliveryInfo {
+	d := DeliveryInfo{Topic: e.Topic, Group: e.Group, Consumer: e.Consumer, Partition: e.Partition,
+		Offset: e.Offset, ID: e.ID, Attempt: e.Attempt}
+	rec := e.Record
+	if e.Letter != nil {
+		rec = e.Letter.Record
+	}
+	if rec != nil {
+		d.Created, d.Key, d.Headers = rec.Created, rec.Key, rec.Headers
+	}
+	return d
+}
+
+func errAttr(err error) slog.Attr {
+	if err == nil {
+		return slog.String("error", "")
+	}
+	return slog.String("error", err.Error())
+}
+
+// deadLetterKind says why a record was dead-lettered, for the log.
+func deadLetterKind(err error) string {
+	if _, ok := errors.AsType[*DecodeError](err); ok {
+		return "decode"
+	}
+	if _, ok := errors.AsType[*PanicError](err); ok {
+		return "panic"
+	}
+	if errors.Is(err, ErrPermanent) {
+		return "permanent"
+	}
+	return "exhausted"
+}
+
+// limiter lets a Warn record through at most once per second per key, and
+// counts what it held back, so a flood of one event is one line a second.
+type limiter struct {
+	mu   sync.Mutex
+	last map[limitKey]*limitState
+}
+
+type limitKey struct {
+	event, topic, group string
+	partition           int
+}
+
+type limitState struct {
+	at   time.Time
+	left int64
+}
+
+// warnEvery is how often a rate-limited Warn record is let through per key.
+const warnEvery = time.Second
+
+// allow reports whether to log the event now, and how many of its kind
+// were held back since the last one logged.
+func (l *limiter) allow(event, topic, group string, partition int) (bool, int64) {
+	now := time.Now()
+	k := limitKey{event, topic, group, partition}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last = make(map[limitKey]*limitState)
+	}
+	s := l.last[k]
+	if s == nil {
+		l.last[k] = &limitState{at: now}
+		return true, 0
+	}
+	if now.Sub(s.at) < warnEvery {
+		s.left++
+		return false, 0
+	}
+	left := s.left
+	s.at, s.left = now, 0
+	return true, left
+}

@@ -1,0 +1,261 @@
+package pubsub
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/logbus/logbus/internal/engine"
+)
+
+// Snapshot is a broker's state at one moment: its topics, their partitions,
+// and the groups that read them. It is plain data, the caller's own: the
+// debug page, metrics read at scrape time and a listing of a broker's
+// topics and groups all read it. See Broker.Snapshot.
+type Snapshot struct {
+	// Taken is when the snapshot was read: by the Clock given with
+	// WithClock, or else time.Now. Lag in time is measured against it.
+	Taken time.Time
+	State State
+	// Partial is set when the engine cannot describe itself
+	// (WithEngine): the snapshot then lists the topics and groups made
+	// through this Broker with the counters every engine keeps, and the
+	// fields only a describing engine fills (GroupSnapshot.Paused, and in
+	// GroupPartitionSnapshot Oldest, LagAge, InFlight, Retrying, Attempt,
+	// RunningFor, Stuck, Redriving) are zero. The in-memory engine fills
+	// everything.
+	Partial bool
+	Topics  []TopicSnapshot // by name
+}
+
+// TopicSnapshot is one topic in a Snapshot.
+type TopicSnapshot struct {
+	Name       string
+	Stats      TopicStats          // the sum of the partitions' counters
+	Partitions []PartitionSnapshot // by partition
+	Groups     []GroupSnapshot     // by name
+}
+
+// PartitionSnapshot is one partition of a topic: its bounds and counters
+// (see TopicStats for what each counts).
+type PartitionSnapshot struct {
+	Partition     int
+	Earliest      int64 // the offset of the oldest retained record
+	End           int64 // the offset the next record will get
+	Retained      int   // records held
+	RetainedBytes int64 // their key and value bytes
+	Reclaimed     int64
+	Dropped       int64
+	Expired       int64
+	Blocked       int64
+	TimedOut      int64
+}
+
+// GroupSnapshot is one consumer group of a topic in a Snapshot.
+type GroupSnapshot struct {
+	Name   string
+	Paused bool
+	// Consumers are the group's consumers, in the order they joined (by
+	// name in a Partial snapshot).
+	Consumers []string
+	// Assignment is each consumer's partitions, as Group.Assignment.
+	Assignment map[string][]int
+	Stats      GroupStats
+	// DeadLetters is how many dead letters the group holds now (at most
+	// its limit, WithDeadLetterLimit).
+	DeadLetters int
+	Lag         int64 // over all partitions, as Group.Lag
+	// LagAge is the largest LagAge of its partitions: how long the oldest
+	// record the group has not committed has waited.
+	LagAge     time.Duration
+	Partitions []GroupPartitionSnapshot // by partition
+}
+
+// GroupPartitionSnapshot is a group's state on one partition.
+type GroupPartitionSnapshot struct {
+	Partition int
+	Owner     string // the consumer that owns it; "" when the group has none
+	Committed int64  // the next offset the group will read
+	Lag       int64  // records not yet committed
+	// Oldest is when the oldest record the group has not committed, the one
+	// at Committed, was published (its Message.Created); zero when Lag is 0
+	// or retention already trimmed that record. LagAge is Taken − Oldest,
+	// the lag in time (Kafka exporters' "lag seconds"); 0 when Oldest is
+	// zero.
+	Oldest time.Time
+	LagAge time.Duration
+	// InFlight is set while a handler (or a Stream's consumer) holds a
+	// delivery of this partition, Retrying while a failed record waits out
+	// its backoff. Attempt is then the delivery's Message.Attempt (in the
+	// in-memory engine at most 255: larger counts show as 255), 0
+	// otherwise.
+	InFlight, Retrying bool
+	Attempt            int
+	// RunningFor is how long the delivery in flight has run, known only
+	// with WithStuckAfter (else 0). It is sampled, so it may be short by
+	// up to half the WithStuckAfter threshold. Stuck is set once it
+	// reached the threshold.
+	RunningFor time.Duration
+	Stuck      bool
+	// Redriving is how many dead letters Group.Redrive sent back wait to
+	// be delivered on this partition.
+	Redriving int
+}
+
+// Snapshot copies the state of every topic and group of the broker. It is
+// how to list a broker's topics and groups, and what metrics and the debug
+// page read. It never waits for a handler and holds no lock for longer
+// than it takes to copy one partition or one group, so it is not atomic:
+// a group's committed offset may be ahead of the topic's counters read a
+// moment before. Topics and groups are sorted by name. Safe for concurrent
+// use, from a hook or a handler too, and after Close.
+//
+// An engine that cannot describe itself gives a Partial snapshot: see
+// Snapshot.Partial.
+func (b *Broker) Snapshot() Snapshot {
+	if b == nil || b.eng == nil {
+		panic(errNoBroker)
+	}
+	state := b.State()
+	s, ok := b.eng.(engine.Snapshotter)
+	if !ok {
+		return b.partialSnapshot(state)
+	}
+	es := s.Snapshot()
+	out := Snapshot{Taken: es.Taken, State: state, Topics: make([]TopicSnapshot, len(es.Topics))}
+	for i, et := range es.Topics {
+		out.Topics[i] = b.topicSnapshot(es.Taken, et)
+	}
+	return out
+}
+
+// topicSnapshot turns an engine's description of a topic into pubsub's.
+func (b *Broker) topicSnapshot(taken time.Time, et engine.TopicSnapshot) TopicSnapshot {
+	ts := TopicSnapshot{Name: et.Name, Stats: topicStats(et.Partitions), Partitions: make([]PartitionSnapshot, len(et.Partitions))}
+	for i, p := range et.Partitions {
+		ts.Partitions[i] = PartitionSnapshot{Partition: i, Earliest: p.Earliest, End: p.End, Retained: p.Retained,
+			RetainedBytes: p.RetainedBytes, Reclaimed: p.Reclaimed, Dropped: p.Dropped, Expired: p.Expired,
+			Blocked: p.Blocked, TimedOut: p.TimedOut}
+	}
+	stuckAfter := b.obs.stuckAfter()
+	for _, eg := range et.Groups {
+		gs := GroupSnapshot{Name: eg.Name, Paused: eg.Paused, Consumers: eg.Consumers, Stats: GroupStats(eg.Stats),
+			DeadLetters: eg.DeadLetters, Assignment: make(map[string][]int, len(eg.Consumers)),
+			Partitions: make([]GroupPartitionSnapshot, len(eg.Partitions))}
+		for _, c := range eg.Consumers {
+			gs.Assignment[c] = []int{}
+		}
+		for i, ep := range eg.Partitions {
+			p := GroupPartitionSnapshot{Partition: ep.Partition, Owner: ep.Owner, Committed: ep.Committed, Lag: ep.Lag,
+				Oldest: ep.Oldest, InFlight: ep.InFlight, Retrying: ep.Retrying, Attempt: ep.Attempt,
+				RunningFor: ep.RunningFor, Redriving: ep.Redriving}
+			if !p.Oldest.IsZero() {
+				p.LagAge = max(0, taken.Sub(p.Oldest))
+			}
+			p.Stuck = stuckAfter > 0 && p.InFlight && p.RunningFor >= stuckAfter
+			if p.Owner != "" {
+				gs.Assignment[p.Owner] = append(gs.Assignment[p.Owner], p.Partition)
+			}
+			gs.Lag += p.Lag
+			gs.LagAge = max(gs.LagAge, p.LagAge)
+			gs.Partitions[i] = p
+		}
+		ts.Groups = append(ts.Groups, gs)
+	}
+	return ts
+}
+
+// topicStats sums a topic's partition counters.
+func topicStats(parts []engine.PartitionStats) TopicStats {
+	var s TopicStats
+	for _, p := range parts {
+		s.Published += p.End
+		s.Retained += p.Retained
+		s.RetainedBytes += p.RetainedBytes
+		s.Reclaimed += p.Reclaimed
+		s.Dropped += p.Dropped
+		s.Expired += p.Expired
+		s.Blocked += p.Blocked
+		s.TimedOut += p.TimedOut
+	}
+	return s
+}
+
+// registry remembers the topics and groups made through a Broker, for the
+// Partial snapshot of an engine that cannot describe itself.
+type registry struct {
+	mu     sync.Mutex
+	topics map[string]*registered
+}
+
+type registered struct {
+	topic  engine.Topic
+	groups map[string]engine.Group
+}
+
+func (r *registry) addTopic(t engine.Topic) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.topics == nil {
+		r.topics = make(map[string]*registered)
+	}
+	r.topics[t.Name()] = &registered{topic: t, groups: make(map[string]engine.Group)}
+}
+
+func (r *registry) addGroup(topic string, g engine.Group) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t := r.topics[topic]; t != nil {
+		t.groups[g.Name()] = g
+	}
+}
+
+// partialSnapshot describes the topics and groups made through b with
+// what every engine reports.
+func (b *Broker) partialSnapshot(state State) Snapshot {
+	out := Snapshot{Taken: time.Now(), State: state, Partial: true}
+	b.reg.mu.Lock()
+	var et []engine.TopicSnapshot
+	groups := make(map[string][]engine.Group)
+	for name, r := range b.reg.topics {
+		et = append(et, engine.TopicSnapshot{Name: name, Partitions: nil})
+		for _, g := range r.groups {
+			groups[name] = append(groups[name], g)
+		}
+		et[len(et)-1].Partitions = r.topic.Stats()
+	}
+	b.reg.mu.Unlock()
+	slices.SortFunc(et, func(x, y engine.TopicSnapshot) int { return cmp.Compare(x.Name, y.Name) })
+	for _, t := range et {
+		gs := groups[t.Name]
+		slices.SortFunc(gs, func(x, y engine.Group) int { return cmp.Compare(x.Name(), y.Name()) })
+		for _, g := range gs {
+			t.Groups = append(t.Groups, describeGroup(g, t.Partitions))
+		}
+		out.Topics = append(out.Topics, b.topicSnapshot(out.Taken, t))
+	}
+	return out
+}
+
+// describeGroup builds what an engine without a Snapshot can say of a
+// group: its assignment, offsets, lag and counters.
+func describeGroup(g engine.Group, parts []engine.PartitionStats) engine.GroupSnapshot {
+	assignment := g.Assignment()
+	gs := engine.GroupSnapshot{Name: g.Name(), Stats: g.Stats(), DeadLetters: len(g.DeadLetters()),
+		Consumers: slices.Sorted(maps.Keys(assignment)), Partitions: make([]engine.GroupPartitionSnapshot, len(parts))}
+	for c, owned := range assignment {
+		for _, p := range owned {
+			if p >= 0 && p < len(parts) {
+				gs.Partitions[p].Owner = c
+			}
+		}
+	}
+	for i, ps := range parts {
+		p := &gs.Partitions[i]
+		p.Partition, p.Committed = i, g.Committed(i)
+		p.Lag = max(0, ps.End-p.Committed)
+	}
+	return gs
+}
