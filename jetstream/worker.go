@@ -465,29 +465,14 @@ func (w *worker) deliver(msg record, revoked <-chan struct{}) (gaveBack bool) {
 	w.s.next = seq
 	w.s.mu.Unlock()
 
-	stopKeep := make(chan struct{})
-	kept := make(chan struct{})
-	go func() { // exits when the handler has returned (stopKeep closes)
-		defer close(kept)
-		t := time.NewTicker(g.e.cfg.ackWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopKeep:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
+	stopKeep := w.keepAlive(msg)
 	var herr error
 	if derr != nil {
 		herr = fmt.Errorf("%w: %v", engine.ErrPermanent, derr)
 	} else {
 		herr = w.call(d)
 	}
-	close(stopKeep)
-	<-kept
+	stopKeep()
 	if g.e.handlerCtx.Err() != nil {
 		return false // Close gave up on this delivery: nothing is committed
 	}
@@ -496,6 +481,33 @@ func (w *worker) deliver(msg record, revoked <-chan struct{}) (gaveBack bool) {
 	}
 	w.settle(msg, d, herr)
 	return false
+}
+
+// keepAlive tells the server every AckWait/3 that msg is still being
+// handled, until the returned func is called; that waits for a tick in
+// progress, so no in-progress ack follows the outcome. A timer, not a
+// goroutine per delivery.
+func (w *worker) keepAlive(msg record) (stop func()) {
+	every := w.g.e.cfg.ackWait / 3
+	var mu sync.Mutex
+	stopped := false
+	mu.Lock()
+	defer mu.Unlock()
+	var t *time.Timer
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			_ = msg.InProgress()
+			t.Reset(every)
+		}
+	})
+	return func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		t.Stop()
+	}
 }
 
 // call runs the member's handler, turning a panic into a *PanicError.
