@@ -99,8 +99,9 @@
 // (WithPollWait, 250ms by default). One record in flight per partition is
 // what keeps order; it bounds throughput to about 12-15 thousand records
 // a second for one partition and 21-23 thousand for four (embedded server,
-// a shared 2-core machine, BenchmarkPublishConsume), 0.4-0.6 of what the
-// raw nats.go client does without logbus's guarantees (bench/).
+// a shared 2-core machine, BenchmarkPublishConsume): 0.4-0.6 of the raw
+// nats.go client doing the same work with asynchronous acks and one open
+// pull (bench/README.md).
 //
 // Of the optional capabilities of the engine boundary it declares GiveBack
 // only: the server stamps records (no injected clock) and names them (no
