@@ -27,6 +27,16 @@ const (
 	soakMaxAttempts = 3
 )
 
+// fault is what a record's handlers act out.
+type fault int
+
+const (
+	faultNone      fault = iota
+	faultTransient       // fails its first attempt, then acks
+	faultPermanent       // fails wrapping ErrPermanent: dead-lettered after 1 attempt
+	faultPanic           // panics on every attempt: dead-lettered after soakMaxAttempts
+)
+
 // soakFault decides, from the sequence number alone, what a record's
 // handlers do: 1% fail their first attempt, 0.1% fail permanently, 0.05%
 // panic on every attempt.

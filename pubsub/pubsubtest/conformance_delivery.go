@@ -576,7 +576,7 @@ func deliveryCases() []confCase {
 			}
 		}},
 		{name: "Message.Created is read from the broker's Clock", needs: []Capability{InjectedClock}, run: func(c *conf) {
-			clock := NewClock(epoch)
+			clock := NewClock(clockStart)
 			b := c.broker(pubsub.WithClock(clock))
 			topic := c.topic(b, "orders")
 			rec := NewRecorder[string]()
@@ -586,8 +586,8 @@ func deliveryCases() []confCase {
 			publishValue(c, topic, "second")
 			c.drain(b)
 			msgs := rec.Messages()
-			if len(msgs) != 2 || !msgs[0].Created.Equal(epoch) || !msgs[1].Created.Equal(epoch.Add(90*time.Minute)) {
-				c.Errorf("got %+v, want Created %v then %v", msgs, epoch, epoch.Add(90*time.Minute))
+			if len(msgs) != 2 || !msgs[0].Created.Equal(clockStart) || !msgs[1].Created.Equal(clockStart.Add(90*time.Minute)) {
+				c.Errorf("got %+v, want Created %v then %v", msgs, clockStart, clockStart.Add(90*time.Minute))
 			}
 		}},
 	}

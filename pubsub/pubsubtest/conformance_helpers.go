@@ -372,5 +372,5 @@ func contains(err error, parts ...string) bool {
 	return true
 }
 
-// epoch is the start of an injected clock's time.
-var epoch = time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+// clockStart is the start of an injected clock's time.
+var clockStart = time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)

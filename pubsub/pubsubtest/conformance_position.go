@@ -95,10 +95,10 @@ func startCases() []confCase {
 			}
 		}},
 		{name: "StartAt(AtTime(t)) starts at the first record created at or after t", needs: []Capability{InjectedClock}, run: func(c *conf) {
-			clock := NewClock(epoch)
+			clock := NewClock(clockStart)
 			b := c.broker(pubsub.WithClock(clock))
 			topic := c.topic(b, "events")
-			for i := range 5 { // v_i created at epoch + i seconds
+			for i := range 5 { // v_i created at clockStart + i seconds
 				publishValue(c, topic, fmt.Sprint("v", i))
 				clock.Advance(time.Second)
 			}
@@ -106,10 +106,10 @@ func startCases() []confCase {
 				at   time.Time
 				want []string
 			}{
-				{epoch.Add(2 * time.Second), []string{"v2", "v3", "v4", "new"}},
-				{epoch.Add(2500 * time.Millisecond), []string{"v3", "v4", "new"}},
-				{epoch.Add(-time.Hour), []string{"v0", "v1", "v2", "v3", "v4", "new"}},
-				{epoch.Add(time.Hour), []string{"new"}},
+				{clockStart.Add(2 * time.Second), []string{"v2", "v3", "v4", "new"}},
+				{clockStart.Add(2500 * time.Millisecond), []string{"v3", "v4", "new"}},
+				{clockStart.Add(-time.Hour), []string{"v0", "v1", "v2", "v3", "v4", "new"}},
+				{clockStart.Add(time.Hour), []string{"new"}},
 			}
 			recs := make([]*Recorder[string], len(starts))
 			for i, s := range starts {
@@ -402,7 +402,7 @@ func seekCases() []confCase {
 			}
 		}},
 		{name: "Replay(AtTime(t)) moves a group to the first record created at or after t", needs: []Capability{InjectedClock}, run: func(c *conf) {
-			clock := NewClock(epoch)
+			clock := NewClock(clockStart)
 			b := c.broker(pubsub.WithClock(clock))
 			topic := c.topic(b, "events")
 			rec := NewRecorder[string]()
@@ -412,7 +412,7 @@ func seekCases() []confCase {
 				clock.Advance(time.Minute)
 			}
 			c.drain(b)
-			if err := b.Replay(c.ctx(), "g", "events", pubsub.AtTime(epoch.Add(2*time.Minute))); err != nil {
+			if err := b.Replay(c.ctx(), "g", "events", pubsub.AtTime(clockStart.Add(2*time.Minute))); err != nil {
 				c.Fatalf("Broker.Replay(AtTime): %v", err)
 			}
 			c.drain(b)

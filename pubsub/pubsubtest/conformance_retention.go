@@ -199,7 +199,7 @@ func retentionCases() []confCase {
 			}
 		}},
 		{name: "MaxAge trims records older than it, counted as Expired, and as Skipped by a group that had not read them", needs: []Capability{MaxAge, InjectedClock}, run: func(c *conf) {
-			clock := NewClock(epoch)
+			clock := NewClock(clockStart)
 			b := c.broker(pubsub.WithClock(clock))
 			topic := c.topic(b, "orders", pubsub.WithRetention(pubsub.Retention{MaxAge: time.Minute}))
 			rec := NewRecorder[string]()

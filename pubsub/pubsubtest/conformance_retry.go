@@ -114,7 +114,7 @@ func retryCases() []confCase {
 			}
 		}},
 		{name: "a dead letter is dated by the broker's Clock", needs: []Capability{InjectedClock}, run: func(c *conf) {
-			clock := NewClock(epoch)
+			clock := NewClock(clockStart)
 			b := c.broker(pubsub.WithClock(clock))
 			topic := c.topic(b, "orders")
 			g := subscribe(c, topic, "billing", "b1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
@@ -122,8 +122,8 @@ func retryCases() []confCase {
 			}))
 			publishValue(c, topic, "bad")
 			c.drain(b)
-			if dl := g.DeadLetters(); len(dl) != 1 || !dl[0].FailedAt.Equal(epoch) || !dl[0].Message.Created.Equal(epoch) {
-				c.Errorf("dead letters: got %+v, want one failed at %v", dl, epoch)
+			if dl := g.DeadLetters(); len(dl) != 1 || !dl[0].FailedAt.Equal(clockStart) || !dl[0].Message.Created.Equal(clockStart) {
+				c.Errorf("dead letters: got %+v, want one failed at %v", dl, clockStart)
 			}
 		}},
 		{name: "an error wrapping ErrPermanent is dead-lettered after one attempt", run: func(c *conf) {

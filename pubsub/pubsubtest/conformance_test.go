@@ -24,3 +24,20 @@ func TestConformanceInRealTime(t *testing.T) {
 		NewBroker: pubsubtest.NewBroker,
 	})
 }
+
+// The property suite's model predicts what only an engine with every
+// capability does: any other is skipped, by name, not run and failed.
+func TestRunPropertiesSkipsAnEngineWithoutEveryCapability(t *testing.T) {
+	var skipped bool
+	t.Run("lesser", func(t *testing.T) {
+		defer func() { skipped = t.Skipped() }()
+		pubsubtest.RunProperties(t, pubsubtest.Engine{
+			Name:         "memory, synctest only",
+			NewBroker:    pubsubtest.NewBroker,
+			Capabilities: []pubsubtest.Capability{pubsubtest.Synctest},
+		})
+	})
+	if !skipped {
+		t.Error("RunProperties ran on an engine that lacks capabilities; want it skipped")
+	}
+}

@@ -14,7 +14,9 @@
 //     wraps a handler), and Check verifies at-least-once, per-key order,
 //     exclusive ownership and that every redelivery is explained: for the
 //     failover tests of a distributed engine.
-//   - RunConformance checks a broker engine against every documented guarantee.
+//   - RunConformance checks a broker engine against every documented
+//     guarantee; RunProperties drives a model-based property suite against
+//     an engine that keeps every promise (the in-memory one does).
 //
 // # Time
 //
