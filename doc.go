@@ -192,6 +192,11 @@
 // ErrInvalid, never silently different behaviour. The conformance suite in
 // pubsubtest checks an engine against the rest.
 //
+// The module github.com/logbus/logbus/jetstream is such an engine, on NATS
+// JetStream: a group's partitions spread over processes, and records,
+// offsets and dead letters survive restarts. Its package documentation
+// says which promises it keeps exactly and which approximately.
+//
 // # Observing a broker
 //
 // [pubsub.Broker.Snapshot] copies the state of every topic and group:

@@ -20,6 +20,7 @@ require (
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4 // indirect
 	golang.org/x/sys v0.48.0 // indirect
+	pgregory.net/rapid v1.3.0 // indirect
 )
 
 replace github.com/logbus/logbus => ../
