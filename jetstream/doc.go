@@ -29,8 +29,14 @@
 // A topic is one stream per partition, so offsets are dense from 0 (offset
 // = stream sequence − 1); a group is one durable consumer per partition.
 // Topic, group and consumer names may be any string: they are encoded into
-// server names (see names.go for the scheme), and only a name too long for
-// the server is refused, with ErrInvalid. A topic created again with the
+// server names, never refused for their characters. ASCII letters, digits
+// and '-' stand for themselves; every other byte, '_' included, becomes
+// '_' and two hex digits, so distinct names never meet on the server. With
+// prefix P, topic t and group g, partition i is stream P_T_<t>_P<i> on
+// subject P.<t>.<i>, the group's consumer on it is <g>_P<i>, its dead
+// letters are stream P_D_<t>_G_<g>, and membership is the KV buckets
+// P_members and P_members_deals. Only a name too long for the server
+// (over 200 bytes encoded) is refused, with ErrInvalid. A topic created again with the
 // same configuration (by another broker, or after a restart) attaches to
 // its streams; with another partition count or retention it is
 // ErrTopicExists.
@@ -44,8 +50,9 @@
 //	per-key order, one delivery at a      exact: MaxAckPending 1, so a retry holds back the
 //	  time per partition                    records behind it, also across failover
 //	every group sees every record         exact (a durable consumer per group and partition)
-//	one consumer per partition in a       pinned-client priority group as the fence, plus
-//	  group, balanced                       range assignment over live members in a KV bucket
+//	one consumer per partition in a       pinned-client priority group as the fence; a sticky
+//	  group, balanced                       deal over the live members (a KV bucket with TTL),
+//	                                        stored on the server so every broker deals alike
 //	rebalance without redelivery          on clean joins and leaves; after a crash the one
 //	                                        record in flight comes again after AckWait, Attempt+1
 //	failure detection                     seconds (member TTL, AckWait), not microseconds
@@ -59,7 +66,8 @@
 //	Pause / Resume                        the server's consumer pause: acts across processes (a
 //	                                        broker that paused follows another's Resume within
 //	                                        MemberTTL/3)
-//	Lag, Committed                        the server's pending counts and ack floor
+//	Lag, Committed                        from each stream's last sequence and the consumer's
+//	                                        ack floor (the server's NumPending lags publishes)
 //	Message.Created, MaxAge               the server's clock; WithClock is refused (ErrInvalid)
 //	Message.ID                            "<stream>-<sequence>"; WithIDs is refused (ErrInvalid)
 //	DropOldest                            discard-old; Dropped counts evictions while MaxAge is 0
@@ -89,9 +97,15 @@
 // A partition's worker acts on Pause, Seek, Replay, a rebalance and Close
 // between pulls, so on an idle partition they wait up to the poll wait
 // (WithPollWait, 250ms by default). One record in flight per partition is
-// what keeps order; it bounds a partition to a few thousand records a
-// second on loopback.
+// what keeps order; it bounds throughput to about 12-15 thousand records
+// a second for one partition and 21-23 thousand for four (embedded server,
+// a shared 2-core machine, BenchmarkPublishConsume): 0.4-0.6 of the raw
+// nats.go client doing the same work with asynchronous acks and one open
+// pull (bench/README.md).
 //
-// Of the optional capabilities of internal/engine the engine declares
-// GiveBack only: see eng.Capabilities for why each other is missing.
+// Of the optional capabilities of the engine boundary it declares GiveBack
+// only: the server stamps records (no injected clock) and names them (no
+// custom IDs); Block polls the server's ack floors (not exact) and reuses
+// no buffers; the nats.go client cannot run in a synctest bubble (no
+// virtual time).
 package jetstream

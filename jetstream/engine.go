@@ -368,6 +368,9 @@ func (e *eng) close(ctx context.Context) error {
 		t.Stop()
 	}
 	e.cancelHandlers()
+	for _, g := range groups {
+		g.closePullers()
+	}
 
 	// What was left: the server's view, bounded by a short tail so Close
 	// still returns promptly: the rest of ctx, at most a second, or 100ms

@@ -213,7 +213,7 @@ func (g *group) exited(w *worker) {
 	if w.s.worker == w {
 		w.s.worker = nil
 	}
-	var giveBack natsjs.Msg
+	var giveBack record
 	if g.closed { // a record kept for the next local worker goes back to the server
 		w.s.mu.Lock()
 		giveBack, w.s.pending = w.s.pending, nil
@@ -367,6 +367,20 @@ func (g *group) leaveAll(ctx context.Context) {
 				<-all
 				m.onLeave()
 			}()
+		}
+	}
+}
+
+// closePullers ends the partitions' pull subscriptions, for Close, once
+// the workers stopped (or Close gave up on them: their pulls then end at
+// once).
+func (g *group) closePullers() {
+	for _, s := range g.slots {
+		s.mu.Lock()
+		p := s.puller
+		s.mu.Unlock()
+		if p != nil {
+			p.close()
 		}
 	}
 }

@@ -299,10 +299,13 @@ func (t *topic) reclaim(ctx context.Context, p int) (int64, string, error) {
 	return 1, slowest, nil
 }
 
-// AppendBatch publishes each run of records asynchronously and waits for
-// every acknowledgement. A run the server refuses part of (a full Block
-// partition) goes on one record at a time from the first refused record,
-// as AppendOne.
+// AppendBatch publishes each run of records in order: the first as
+// AppendOne does (waiting for room under Block), the rest asynchronously,
+// each expecting the stream's last sequence to be its predecessor's. So a
+// run that succeeds is stored contiguously, and one the server refuses in
+// part (a full Block partition, a record of another publisher in
+// between) stores a prefix and nothing after it; the rest then goes one
+// record at a time, as AppendOne.
 func (t *topic) AppendBatch(ctx context.Context, partitions []int, recs []*engine.Record, offsets []int64) (int, error) {
 	if err := t.e.refuse("publish"); err != nil {
 		return 0, err
@@ -320,39 +323,45 @@ func (t *topic) AppendBatch(ctx context.Context, partitions []int, recs []*engin
 			}
 			msgs[i] = m
 		}
+		off, err := t.publish(ctx, p, msgs[0])
+		if err != nil {
+			return start, err
+		}
+		offsets[start] = off
+		first := uint64(off) + 1 // the run's first sequence
 		futs := make([]natsjs.PubAckFuture, len(msgs))
-		var sent int
-		for i, m := range msgs {
-			f, err := t.e.js.PublishMsgAsync(m)
+		sent := 1
+		for i := 1; i < len(msgs); i++ {
+			f, err := t.e.js.PublishMsgAsync(msgs[i], natsjs.WithExpectLastSequence(first+uint64(i)-1))
 			if err != nil {
 				break
 			}
 			futs[i] = f
 			sent++
 		}
-		done := start
+		// A stored record proves every one before it stored, at the
+		// sequences the chain expected.
+		stored := 1
 		var firstErr error
-		for i := range sent {
+		for i := 1; i < sent; i++ {
 			select {
-			case ack := <-futs[i].Ok():
-				if firstErr == nil {
-					offsets[start+i] = int64(ack.Sequence) - 1
-					done = start + i + 1
-				}
+			case <-futs[i].Ok():
+				stored = i + 1
 			case err := <-futs[i].Err():
 				if firstErr == nil {
 					firstErr = err
 				}
 			case <-ctx.Done():
-				return done, fmt.Errorf("publish to topic %q partition %d: %w", t.name, p, ctx.Err())
+				return start + stored, fmt.Errorf("publish to topic %q partition %d: %w", t.name, p, ctx.Err())
 			}
 		}
-		if firstErr != nil && !isFull(firstErr) {
-			return done, t.publishErr(ctx, p, firstErr)
+		for i := 1; i < stored; i++ {
+			offsets[start+i] = int64(first+uint64(i)) - 1
 		}
-		// What the pipeline did not store goes one by one, waiting for
-		// room under Block.
-		for i := done; i < end; i++ {
+		if firstErr != nil && stored < sent && !isFull(firstErr) && !isWrongSequence(firstErr) {
+			return start + stored, t.publishErr(ctx, p, firstErr)
+		}
+		for i := start + stored; i < end; i++ {
 			off, err := t.publish(ctx, p, msgs[i-start])
 			if err != nil {
 				return i, err
@@ -361,6 +370,14 @@ func (t *topic) AppendBatch(ctx context.Context, partitions []int, recs []*engin
 		}
 	}
 	return len(recs), nil
+}
+
+// isWrongSequence reports a publish refused because the stream's last
+// sequence was not the one it expected.
+func isWrongSequence(err error) bool {
+	var apiErr *natsjs.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // Stats reads every partition's state from the server, bounded by the

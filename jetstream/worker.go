@@ -46,10 +46,15 @@ type slot struct {
 	// the ones between before the group read them (counted as Skipped).
 	next uint64
 
-	pending      natsjs.Msg
+	pending      record
 	pendingEpoch uint64
 
 	worker *worker // guarded by the group's mu
+
+	// puller is the partition's pull subscription, made by its first
+	// worker (guarded by mu) and used by one worker at a time; closed by
+	// Close.
+	puller *puller
 }
 
 func newSlot(p int) *slot {
@@ -192,7 +197,7 @@ func (w *worker) run() {
 	}()
 	s := w.s
 	for {
-		var msg natsjs.Msg
+		var msg record
 		var err error
 		var epoch uint64
 		if w.pre != nil { // a pull opened before the last ack: collect it first, whatever happened since
@@ -266,7 +271,7 @@ func (w *worker) run() {
 // not burn attempts in a loop. The worker then waits for what made the
 // consumer give it back to change (a stop, a hold, a reset), at most a
 // poll wait, before it tries again.
-func (w *worker) keepGivenBack(msg natsjs.Msg, epoch uint64) {
+func (w *worker) keepGivenBack(msg record, epoch uint64) {
 	s := w.s
 	s.mu.Lock()
 	s.pending, s.pendingEpoch = msg, epoch
@@ -295,43 +300,42 @@ func (w *worker) afterDelivery() {
 
 // pull is one open pull for the partition's next record.
 type pull struct {
-	batch natsjs.MessageBatch
+	p     *puller
 	err   error
 	abort <-chan struct{} // closed when Close gives up: stop waiting
-	epoch uint64          // the slot's epoch when it was opened
+	wait  time.Duration
+	epoch uint64 // the slot's epoch when it was opened
 }
 
 // open opens a pull that waits up to the poll wait on the server. The
-// client waits for the server's answer (FetchMaxWait gives it a second
-// more than the server takes), never cutting the pull short itself: a
-// record the server sends to an abandoned pull counts as delivered and
-// comes back only after AckWait, with Attempt+1. Only when Close gives up
-// does collect stop waiting.
+// worker waits for its answer (up to a second more than the server
+// takes), never cutting it short, and an answer that comes later is the
+// next pull's: the puller's subscription outlives the pull. Only when
+// Close gives up does collect stop waiting.
 func (w *worker) open() *pull {
-	batch, err := w.g.consumers[w.s.p].Fetch(1, natsjs.FetchMaxWait(w.g.e.cfg.pollWait),
-		natsjs.FetchPriorityGroup(priorityGroup))
-	return &pull{batch: batch, err: err, abort: w.g.e.handlerCtx.Done()}
+	s := w.s
+	s.mu.Lock()
+	p := s.puller
+	s.mu.Unlock()
+	if p == nil {
+		var err error
+		if p, err = newPuller(w.g.e.js, w.g.e.names.stream(w.g.t.name, s.p), w.g.e.names.consumer(w.g.name, s.p)); err != nil {
+			return &pull{err: err}
+		}
+		s.mu.Lock()
+		s.puller = p
+		s.mu.Unlock()
+	}
+	wait := w.g.e.cfg.pollWait
+	return &pull{p: p, err: p.pull(wait), abort: w.g.e.handlerCtx.Done(), wait: wait}
 }
 
 // collect waits for the pull's record: nil when there was none.
-func (p *pull) collect() (natsjs.Msg, error) {
+func (p *pull) collect() (record, error) {
 	if p.err != nil {
 		return nil, p.err
 	}
-	msgs := p.batch.Messages()
-	for {
-		select {
-		case m, ok := <-msgs:
-			if !ok {
-				return nil, p.batch.Error()
-			}
-			if m != nil {
-				return m, nil
-			}
-		case <-p.abort:
-			return nil, context.Canceled
-		}
-	}
+	return p.p.next(p.abort, p.wait+time.Second)
 }
 
 // prefetch opens the next pull before the current record is acked, when
@@ -366,7 +370,7 @@ func (w *worker) pause(d time.Duration) bool {
 // it alive on the server. It returns the delivery's Revoked channel and
 // true when msg may be delivered; false when a reset made it moot, or the
 // worker stopped while holding it (then it is given back).
-func (w *worker) await(msg natsjs.Msg, epoch uint64) (<-chan struct{}, bool) {
+func (w *worker) await(msg record, epoch uint64) (<-chan struct{}, bool) {
 	s := w.s
 	var keep *time.Ticker
 	defer func() {
@@ -439,7 +443,7 @@ func (w *worker) await(msg natsjs.Msg, epoch uint64) (<-chan struct{}, bool) {
 // deliver reports whether the consumer gave the delivery back before it
 // received it (ErrNotDelivered), which the caller keeps for the next
 // delivery.
-func (w *worker) deliver(msg natsjs.Msg, revoked <-chan struct{}) (gaveBack bool) {
+func (w *worker) deliver(msg record, revoked <-chan struct{}) (gaveBack bool) {
 	g := w.g
 	md, err := msg.Metadata()
 	if err != nil {
@@ -461,29 +465,14 @@ func (w *worker) deliver(msg natsjs.Msg, revoked <-chan struct{}) (gaveBack bool
 	w.s.next = seq
 	w.s.mu.Unlock()
 
-	stopKeep := make(chan struct{})
-	kept := make(chan struct{})
-	go func() { // exits when the handler has returned (stopKeep closes)
-		defer close(kept)
-		t := time.NewTicker(g.e.cfg.ackWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopKeep:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
+	stopKeep := w.keepAlive(msg)
 	var herr error
 	if derr != nil {
 		herr = fmt.Errorf("%w: %v", engine.ErrPermanent, derr)
 	} else {
 		herr = w.call(d)
 	}
-	close(stopKeep)
-	<-kept
+	stopKeep()
 	if g.e.handlerCtx.Err() != nil {
 		return false // Close gave up on this delivery: nothing is committed
 	}
@@ -492,6 +481,33 @@ func (w *worker) deliver(msg natsjs.Msg, revoked <-chan struct{}) (gaveBack bool
 	}
 	w.settle(msg, d, herr)
 	return false
+}
+
+// keepAlive tells the server every AckWait/3 that msg is still being
+// handled, until the returned func is called; that waits for a tick in
+// progress, so no in-progress ack follows the outcome. A timer, not a
+// goroutine per delivery.
+func (w *worker) keepAlive(msg record) (stop func()) {
+	every := w.g.e.cfg.ackWait / 3
+	var mu sync.Mutex
+	stopped := false
+	mu.Lock()
+	defer mu.Unlock()
+	var t *time.Timer
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			_ = msg.InProgress()
+			t.Reset(every)
+		}
+	})
+	return func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		t.Stop()
+	}
 }
 
 // call runs the member's handler, turning a panic into a *PanicError.
@@ -507,7 +523,7 @@ func (w *worker) call(d *engine.Delivery) (err error) {
 // settle tells the server the outcome: an ack, a retry after the
 // policy's backoff (NakWithDelay: the consumer's own BackOff does not
 // apply to naks), a give-back, or a dead letter then a Term.
-func (w *worker) settle(msg natsjs.Msg, d *engine.Delivery, herr error) {
+func (w *worker) settle(msg record, d *engine.Delivery, herr error) {
 	g := w.g
 	ctx, cancel := g.e.ctx()
 	defer cancel()
@@ -555,7 +571,7 @@ const (
 // terminates its delivery so the partition moves on. The letter's message
 // ID is the record's stream sequence and the delivery's consumer
 // sequence, so a retried publish of the same letter is stored once.
-func (g *group) deadLetter(ctx context.Context, msg natsjs.Msg, d *engine.Delivery, herr error) error {
+func (g *group) deadLetter(ctx context.Context, msg record, d *engine.Delivery, herr error) error {
 	md, _ := msg.Metadata()
 	dl := nats.NewMsg(g.e.names.dlqSubject(g.t.name, g.name))
 	dl.Data = msg.Data()

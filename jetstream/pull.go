@@ -1,0 +1,168 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// A partition's pulls go over one subscription of its own, kept for the
+// group's life in this broker: a pull request for one record at a time,
+// its answer (the record, or a status when it expired or was refused) on
+// a fixed inbox. nats.go's Fetch makes a subscription per pull, which cost
+// more than anything else per record (bench/README.md), and a record the
+// server sends to a pull whose subscription is gone counts as delivered
+// and comes back only after AckWait; here no answer is ever lost while
+// the group runs in this broker.
+
+// record is a delivered message as the worker uses it: a natsjs.Msg, or
+// a rawMsg from a puller.
+type record interface {
+	Metadata() (*natsjs.MsgMetadata, error)
+	Headers() nats.Header
+	Data() []byte
+	DoubleAck(ctx context.Context) error
+	Nak() error
+	NakWithDelay(delay time.Duration) error
+	InProgress() error
+	TermWithReason(reason string) error
+}
+
+// puller pulls a partition's records for the slot's current worker. Only
+// that worker uses it: it is not safe for concurrent use.
+type puller struct {
+	nc   *nats.Conn
+	subj string // the consumer's next-message request subject
+	sub  *nats.Subscription
+	in   chan *nats.Msg
+	pin  string // the pin ID the server gave this broker; "" when none
+}
+
+// apiPrefix is the subject prefix of js's API requests.
+func apiPrefix(js natsjs.JetStream) string {
+	o := js.Options()
+	if o.Domain != "" {
+		return "$JS." + o.Domain + ".API."
+	}
+	if o.APIPrefix != "" {
+		p := o.APIPrefix
+		if p[len(p)-1] != '.' {
+			p += "."
+		}
+		return p
+	}
+	return natsjs.DefaultAPIPrefix
+}
+
+func newPuller(js natsjs.JetStream, stream, consumer string) (*puller, error) {
+	nc := js.Conn()
+	in := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(nc.NewInbox(), in)
+	if err != nil {
+		return nil, err
+	}
+	return &puller{nc: nc, subj: apiPrefix(js) + "CONSUMER.MSG.NEXT." + stream + "." + consumer, sub: sub, in: in}, nil
+}
+
+// close ends the subscription: answers that come later are lost (the
+// server redelivers a record after AckWait).
+func (p *puller) close() { _ = p.sub.Unsubscribe() }
+
+type pullRequest struct {
+	Batch   int           `json:"batch"`
+	Expires time.Duration `json:"expires"`
+	Group   string        `json:"group"`
+	ID      string        `json:"id,omitempty"`
+}
+
+// pull asks for the next record, waiting up to wait on the server.
+func (p *puller) pull(wait time.Duration) error {
+	req, _ := json.Marshal(pullRequest{Batch: 1, Expires: wait, Group: priorityGroup, ID: p.pin})
+	return p.nc.PublishRequest(p.subj, p.sub.Subject, req)
+}
+
+// errPinned is a pull refused because another client holds the pin.
+var errPinned = errors.New("pull: the partition is pinned to another client")
+
+// next waits for a pull's answer: the record, or nil when the pull
+// expired; an error when the server refused it. It gives up after bound
+// (an answer lost with the connection), or when abort closes. A late
+// answer is taken by the next call: a record is never lost.
+func (p *puller) next(abort <-chan struct{}, bound time.Duration) (record, error) {
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	for {
+		select {
+		case m := <-p.in:
+			status := ""
+			if len(m.Data) == 0 && len(m.Header) > 0 {
+				status = m.Header.Get("Status")
+			}
+			switch status {
+			case "":
+				if pin := m.Header.Get("Nats-Pin-Id"); pin != "" {
+					p.pin = pin
+				}
+				return rawMsg{m, p.nc}, nil
+			case "100": // a heartbeat or flow control: not an answer
+				continue
+			case "408", "404": // expired, or nothing to wait for
+				return nil, nil
+			case "423":
+				p.pin = ""
+				return nil, errPinned
+			default:
+				return nil, fmt.Errorf("pull: %s %s", status, m.Header.Get("Description"))
+			}
+		case <-abort:
+			return nil, context.Canceled
+		case <-t.C:
+			return nil, errors.New("pull: no answer")
+		}
+	}
+}
+
+// rawMsg is a record a puller received: a JetStream message, acked by
+// publishing to its reply subject as nats.go does.
+type rawMsg struct {
+	m  *nats.Msg
+	nc *nats.Conn
+}
+
+func (r rawMsg) Metadata() (*natsjs.MsgMetadata, error) {
+	md, err := r.m.Metadata()
+	if err != nil {
+		return nil, err
+	}
+	return &natsjs.MsgMetadata{
+		Sequence:     natsjs.SequencePair{Consumer: md.Sequence.Consumer, Stream: md.Sequence.Stream},
+		NumDelivered: md.NumDelivered, NumPending: md.NumPending, Timestamp: md.Timestamp,
+		Stream: md.Stream, Consumer: md.Consumer, Domain: md.Domain,
+	}, nil
+}
+
+func (r rawMsg) Headers() nats.Header { return r.m.Header }
+func (r rawMsg) Data() []byte         { return r.m.Data }
+
+// DoubleAck acks and waits for the server to confirm it.
+func (r rawMsg) DoubleAck(ctx context.Context) error {
+	_, err := r.nc.RequestWithContext(ctx, r.m.Reply, []byte("+ACK"))
+	return err
+}
+
+func (r rawMsg) ack(body string) error { return r.nc.Publish(r.m.Reply, []byte(body)) }
+
+func (r rawMsg) Nak() error        { return r.ack("-NAK") }
+func (r rawMsg) InProgress() error { return r.ack("+WPI") }
+
+func (r rawMsg) NakWithDelay(delay time.Duration) error {
+	return r.ack(`-NAK {"delay": ` + strconv.FormatInt(delay.Nanoseconds(), 10) + `}`)
+}
+
+func (r rawMsg) TermWithReason(reason string) error { return r.ack("+TERM " + reason) }
