@@ -107,5 +107,10 @@
 // only: the server stamps records (no injected clock) and names them (no
 // custom IDs); Block polls the server's ack floors (not exact) and reuses
 // no buffers; the nats.go client cannot run in a synctest bubble (no
-// virtual time).
+// virtual time). Not implemented yet: batch consumers
+// (Topic.SubscribeBatch), Group.Redrive and pubsub.WithStuckAfter, which
+// are ErrInvalid; Broker.Snapshot, which is Partial; and the engine's
+// events (retries, dead letters, rebalances, backpressure), so those hooks
+// do not fire. Publish and delivery hooks, which the typed layer raises,
+// do.
 package jetstream
