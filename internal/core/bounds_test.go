@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -283,4 +284,42 @@ func TestAppendToAPartitionThatIsNot(t *testing.T) {
 			t.Errorf("Partition(%d) is not nil", p)
 		}
 	}
+}
+
+// A record that MaxAge trims while it waits in a worker's batch is not
+// delivered: it is skipped and counted, as if it had not been read.
+func TestRecordThatExpiresInTheWorkersBatchIsSkipped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		orders := mustTopic(t, b, "orders", TopicSpec{Retention: Retention{MaxAge: time.Minute}})
+		release := make(chan struct{})
+		var mu sync.Mutex
+		var got []string
+		g := subscribe(t, b, "orders", "billing", "b1", func(_ context.Context, d *Delivery) error {
+			if string(d.Record.Value) == "e0" {
+				<-release
+			}
+			mu.Lock()
+			got = append(got, string(d.Record.Value))
+			mu.Unlock()
+			return nil
+		})
+		mustPause(t, g) // so the worker reads e0, e1 and e2 in one batch
+		for _, v := range []string{"e0", "e1", "e2"} {
+			publish(t, orders, "", v)
+		}
+		if err := g.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()              // e0 is in its handler, e1 and e2 in the batch
+		time.Sleep(2 * time.Minute)  // virtual time: all three age past MaxAge
+		publish(t, orders, "", "e3") // the append trims them
+		close(release)
+		drain(t, b)
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(got, []string{"e0", "e3"}) || g.Stats().Skipped != 2 {
+			t.Fatalf("delivered %v, skipped %d; want [e0 e3] and 2 skipped", got, g.Stats().Skipped)
+		}
+	})
 }
