@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/logbus/logbus/internal/engine"
 )
 
 // A group's assignment lives on the server, in a KV bucket without TTL
@@ -38,7 +40,7 @@ func (d deal) next(live []string, parts int) deal {
 			members = append(members, m)
 		}
 	}
-	return deal{Members: members, Owners: stickyAssign(members, parts, d.Owners)}
+	return deal{Members: members, Owners: engine.Assign(members, parts, d.Owners)}
 }
 
 // matches reports whether d was dealt over exactly the live members.
@@ -103,60 +105,4 @@ func (g *group) currentDeal(ctx context.Context, live []string) (deal, error) {
 		// Another broker stored a deal meanwhile: read it.
 	}
 	return deal{}, errors.New("assignment: too much contention")
-}
-
-// stickyAssign deals partitions 0..partitions-1 out to members (in join
-// order) and returns the owner of each partition. It is the in-memory
-// engine's deal (internal/core assign.go): a partition stays with its
-// previous owner while that owner is still a member and under its fair
-// share, so a join or leave moves only as many partitions as balance
-// requires; shares differ by at most one; with more members than
-// partitions the last to join stay idle. It is pure, so every broker
-// computes the same deal from the same stored one.
-func stickyAssign(members []string, partitions int, prev []string) []string {
-	owners := make([]string, partitions)
-	n := len(members)
-	if n == 0 {
-		return owners
-	}
-	fair, bigShares := partitions/n, partitions%n
-	counts := make(map[string]int, n)
-	for _, m := range members {
-		counts[m] = 0
-	}
-	canTake := func(m string) bool {
-		switch c := counts[m]; {
-		case c < fair:
-			return true
-		case c == fair && bigShares > 0:
-			bigShares--
-			return true
-		}
-		return false
-	}
-	var homeless []int
-	for p := range partitions {
-		if p < len(prev) {
-			if _, member := counts[prev[p]]; member && canTake(prev[p]) {
-				owners[p] = prev[p]
-				counts[prev[p]]++
-				continue
-			}
-		}
-		homeless = append(homeless, p)
-	}
-	for _, p := range homeless {
-		best := ""
-		for _, m := range members {
-			if best == "" || counts[m] < counts[best] {
-				best = m
-			}
-		}
-		if !canTake(best) {
-			panic("jetstream: assign: no member can take a partition")
-		}
-		owners[p] = best
-		counts[best]++
-	}
-	return owners
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/logbus/logbus/internal/engine"
 )
 
 // DeliveryState is where the current record of one (group, partition) is in
@@ -333,7 +335,7 @@ func (g *Group) rebalanceLocked() {
 			prev[i] = gp.owner.name
 		}
 	}
-	for i, owner := range assign(names, len(g.parts), prev) {
+	for i, owner := range engine.Assign(names, len(g.parts), prev) {
 		gp := g.parts[i]
 		if owner == prev[i] {
 			continue

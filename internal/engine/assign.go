@@ -1,7 +1,10 @@
-package core
+package engine
 
-// assign deals partitions 0..partitions-1 out to members (in join order) and
-// returns the owner of each partition ("" when there are no members).
+// Assign deals partitions 0..partitions-1 out to members (in join order)
+// and returns the owner of each partition ("" when there are no members).
+// Every engine deals a group's partitions with it, so a group is dealt
+// alike whatever the engine, and brokers that share a group (a
+// distributed engine) compute the same deal from the same input.
 //
 // It is sticky: a partition stays with its previous owner while that owner is
 // still a member and under its fair share, so a join or a leave moves only as
@@ -11,7 +14,7 @@ package core
 // the result is partition i → member i mod n.
 //
 // It is pure: same input, same output.
-func assign(members []string, partitions int, prev []string) []string {
+func Assign(members []string, partitions int, prev []string) []string {
 	owners := make([]string, partitions)
 	n := len(members)
 	if n == 0 {
