@@ -86,7 +86,7 @@ func (tel *telemetry) collect(t *testing.T) map[string]map[string]float64 {
 func attrs(s attribute.Set) string {
 	var kv []string
 	for _, a := range s.ToSlice() {
-		kv = append(kv, string(a.Key)+"="+a.Value.Emit())
+		kv = append(kv, string(a.Key)+"="+a.Value.String())
 	}
 	sort.Strings(kv)
 	return strings.Join(kv, ",")
@@ -95,7 +95,7 @@ func attrs(s attribute.Set) string {
 func spanAttrs(s sdktrace.ReadOnlySpan) map[string]string {
 	m := map[string]string{}
 	for _, a := range s.Attributes() {
-		m[string(a.Key)] = a.Value.Emit()
+		m[string(a.Key)] = a.Value.String()
 	}
 	return m
 }

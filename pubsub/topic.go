@@ -442,14 +442,12 @@ func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int
 	if err != nil {
 		err = fail(err, "publish batch to topic %q", t.Name())
 	}
-	if infos != nil {
-		for i := range infos {
-			if i < stored {
-				infos[i].ID = t.recordID(positions[i])
-				t.b.obs.onPublished(hctxs[i], &infos[i], positions[i], nil)
-			} else {
-				t.b.obs.onPublished(hctxs[i], &infos[i], Position{}, err)
-			}
+	for i := range infos { // none when no publish hook listens
+		if i < stored {
+			infos[i].ID = t.recordID(positions[i])
+			t.b.obs.onPublished(hctxs[i], &infos[i], positions[i], nil)
+		} else {
+			t.b.obs.onPublished(hctxs[i], &infos[i], Position{}, err)
 		}
 	}
 	if err != nil {
