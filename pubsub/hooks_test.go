@@ -554,3 +554,56 @@ func TestNewBrokerHookGetsTheBroker(t *testing.T) {
 		drain(t, b)
 	})
 }
+
+// A batch consumer's records are deliveries to the hooks, one each: all
+// begin before the handler, and end after it as the BatchError says (acked
+// before its Index, failed at it, given back after it); the failed record
+// is then retried alone.
+func TestDeliveryHooksOnABatchConsumer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ev := &events{}
+		b := newBroker(t, pubsub.WithHooks(ev), pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Second}))
+		topic := mustTopic(t, b, "orders", codec.String(), pickyStrings())
+		g, err := topic.SubscribeBatch("billing", "b1", pubsub.BatchHandlerFunc[string](func(ctx context.Context, msgs []pubsub.Message[string]) error {
+			if ctx.Value(ctxKey{}) != "from OnDeliver" {
+				t.Errorf("batch handler: context value %v, want the one OnDeliver set", ctx.Value(ctxKey{}))
+			}
+			for i, m := range msgs {
+				if m.Value == "flaky" && m.Attempt == 1 {
+					return &pubsub.BatchError{Index: i, Err: errors.New("once")}
+				}
+			}
+			return nil
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Pause(context.Background()); err != nil { // so the three arrive as one batch
+			t.Fatal(err)
+		}
+		for _, v := range []string{"ok", "flaky", "after"} {
+			mustPublish(t, topic, "k", v)
+		}
+		if err := g.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, b)
+		want := []string{
+			"deliver billing/orders/0@0 attempt=1 consumer=b1 trace=",
+			"deliver billing/orders/0@1 attempt=1 consumer=b1 trace=",
+			"deliver billing/orders/0@2 attempt=1 consumer=b1 trace=",
+			"delivered billing@0 attempt=1 acked took=0s",
+			"delivered billing@1 attempt=1 failed took=0s",
+			"delivered billing@2 attempt=1 given back took=0s",
+			"retry billing@1 attempt=1 delay=1s err=once",
+			"deliver billing/orders/0@1 attempt=2 consumer=b1 trace=",
+			"delivered billing@1 attempt=2 acked took=0s",
+			"deliver billing/orders/0@2 attempt=1 consumer=b1 trace=",
+			"delivered billing@2 attempt=1 acked took=0s",
+		}
+		got := slices.DeleteFunc(ev.all(), func(l string) bool { return strings.HasPrefix(l, "rebalance") || strings.HasPrefix(l, "publish") })
+		if !slices.Equal(got, want) {
+			t.Errorf("events:\n got: %s\nwant: %s", strings.Join(got, "\n      "), strings.Join(want, "\n      "))
+		}
+	})
+}

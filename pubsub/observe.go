@@ -53,50 +53,50 @@ func newObserver(hooks []Hook, log *slog.Logger, stuck time.Duration) (*observer
 	}
 	o := &observer{stuck: stuck, log: log}
 	for i, h := range hooks {
-		n := 0
+		known := false
 		if x, ok := h.(HookPublish); ok {
-			o.publish, n = append(o.publish, x), n+1
+			o.publish, known = append(o.publish, x), true
 		}
 		if x, ok := h.(HookPublished); ok {
-			o.published, n = append(o.published, x), n+1
+			o.published, known = append(o.published, x), true
 		}
 		if x, ok := h.(HookDeliver); ok {
-			o.deliver, n = append(o.deliver, x), n+1
+			o.deliver, known = append(o.deliver, x), true
 		}
 		if x, ok := h.(HookDelivered); ok {
-			o.delivered, n = append(o.delivered, x), n+1
+			o.delivered, known = append(o.delivered, x), true
 		}
 		if x, ok := h.(HookRetry); ok {
-			o.retry, n = append(o.retry, x), n+1
+			o.retry, known = append(o.retry, x), true
 		}
 		if x, ok := h.(HookDeadLetter); ok {
-			o.deadLetter, n = append(o.deadLetter, x), n+1
+			o.deadLetter, known = append(o.deadLetter, x), true
 		}
 		if x, ok := h.(HookRebalance); ok {
-			o.rebalance, n = append(o.rebalance, x), n+1
+			o.rebalance, known = append(o.rebalance, x), true
 		}
 		if x, ok := h.(HookBackpressure); ok {
-			o.backpressure, n = append(o.backpressure, x), n+1
+			o.backpressure, known = append(o.backpressure, x), true
 		}
 		if x, ok := h.(HookDrop); ok {
-			o.drop, n = append(o.drop, x), n+1
+			o.drop, known = append(o.drop, x), true
 		}
 		if x, ok := h.(HookExpire); ok {
-			o.expire, n = append(o.expire, x), n+1
+			o.expire, known = append(o.expire, x), true
 		}
 		if x, ok := h.(HookSkip); ok {
-			o.skip, n = append(o.skip, x), n+1
+			o.skip, known = append(o.skip, x), true
 		}
 		if x, ok := h.(HookStuck); ok {
-			o.stuckHooks, n = append(o.stuckHooks, x), n+1
+			o.stuckHooks, known = append(o.stuckHooks, x), true
 		}
 		if x, ok := h.(HookClose); ok {
-			o.close, n = append(o.close, x), n+1
+			o.close, known = append(o.close, x), true
 		}
 		if x, ok := h.(HookNewBroker); ok {
-			o.newBroker, n = append(o.newBroker, x), n+1
+			o.newBroker, known = append(o.newBroker, x), true
 		}
-		if n == 0 {
+		if !known {
 			return nil, fmt.Errorf("%w: WithHooks: hook %d (%T) implements no Hook interface", ErrInvalid, i, h)
 		}
 	}
