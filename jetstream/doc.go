@@ -104,13 +104,22 @@
 // pull (bench/README.md).
 //
 // Of the optional capabilities of the engine boundary it declares GiveBack
-// only: the server stamps records (no injected clock) and names them (no
-// custom IDs); Block polls the server's ack floors (not exact) and reuses
-// no buffers; the nats.go client cannot run in a synctest bubble (no
-// virtual time). Not implemented yet: batch consumers
+// and Observed: the server stamps records (no injected clock) and names
+// them (no custom IDs); Block polls the server's ack floors (not exact)
+// and reuses no buffers; the nats.go client cannot run in a synctest
+// bubble (no virtual time). Not implemented yet: batch consumers
 // (Topic.SubscribeBatch), Group.Redrive and pubsub.WithStuckAfter, which
-// are ErrInvalid; Broker.Snapshot, which is Partial; and the engine's
-// events (retries, dead letters, rebalances, backpressure), so those hooks
-// do not fire. Publish and delivery hooks, which the typed layer raises,
-// do.
+// are ErrInvalid; Broker.Snapshot, which is Partial.
+//
+// The engine's events reach the hooks and the logger as this process sees
+// them: retries and dead letters of its own deliveries (a dead letter's
+// Evicted from what this process stored); a rebalance whenever the
+// assignment this broker follows changes (before and after as this
+// broker saw the deal, so a change made while it was not looking is one
+// event); backpressure waits and timeouts of its own publishes; drops by
+// the purge of a full partition no group reads, and by discard-old on a
+// DropOldest partition bounded by count alone (told from the sequence
+// each publish stored: evictions under MaxAge or MaxBytes, and those
+// before the broker attached, are not reported); skips its workers find.
+// Expiries are not reported (the server trims by age unseen).
 package jetstream

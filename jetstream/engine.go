@@ -56,7 +56,7 @@ func (o *opener) Open(ecfg engine.Config) (engine.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &eng{cfg: cfg, names: names{prefix: encodeName(cfg.prefix)}, retry: retry,
+	e := &eng{cfg: cfg, names: names{prefix: encodeName(cfg.prefix)}, retry: retry, obs: ecfg.Observer,
 		topics: map[string]*topic{}, groups: map[groupKey]*group{},
 		closing: make(chan struct{}), commits: make(chan struct{})}
 	e.handlerCtx, e.cancelHandlers = context.WithCancel(context.Background())
@@ -102,6 +102,7 @@ type eng struct {
 	cfg      config
 	names    names
 	retry    engine.RetryPolicy
+	obs      engine.Observer // nil when nothing listens; called outside every lock
 	instance string     // this engine's random ID, the value of its membership keys
 	nc       *nats.Conn // owned; nil when the connection is the caller's
 	js       natsjs.JetStream
@@ -143,7 +144,7 @@ var _ engine.Engine = (*eng)(nil)
 // gets room within a poll of the slowest group's commit, not at once, and
 // NewRecord reuses no buffers (no ExactBlock, no ReclaimOnCommit). The
 // nats.go client cannot run in a synctest bubble (no VirtualTime).
-func (e *eng) Capabilities() engine.Capabilities { return engine.GiveBack }
+func (e *eng) Capabilities() engine.Capabilities { return engine.GiveBack | engine.Observed }
 
 func (e *eng) State() engine.State {
 	e.mu.Lock()

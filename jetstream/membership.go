@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -167,6 +168,16 @@ func (g *group) liveMembers(ctx context.Context) ([]string, map[string]bool, err
 // stop (it finishes its delivery in flight), and a partition this broker
 // now owns gets a worker once the previous one has exited.
 func (g *group) reconcile() {
+	if ev := g.reconcileLocked(); ev != nil {
+		g.e.obs.Observe(ev)
+	}
+}
+
+// reconcileLocked is reconcile under recMu; it returns the rebalance
+// event to raise once recMu is released (nil when nothing observes or
+// the assignment did not change): an observer may Subscribe or Leave,
+// which reconcile.
+func (g *group) reconcileLocked() *engine.Event {
 	g.recMu.Lock()
 	defer g.recMu.Unlock()
 	ctx, cancel := g.e.ctx()
@@ -177,13 +188,18 @@ func (g *group) reconcile() {
 	}
 	cancel()
 	if err != nil {
-		return
+		return nil
 	}
 	assign := d.byMember()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
-		return
+		return nil
+	}
+	var ev *engine.Event
+	if g.e.obs != nil && !maps.EqualFunc(g.assign, assign, slices.Equal) {
+		ev = &engine.Event{Kind: engine.EventRebalance, Topic: g.t.name, Group: g.name,
+			Before: cloneAssign(g.assign), After: cloneAssign(assign)}
 	}
 	g.assign = assign
 	want := make([]*member, g.t.parts)
@@ -204,6 +220,16 @@ func (g *group) reconcile() {
 			go s.worker.run() // exits when signalStop is called and its delivery in flight is done
 		}
 	}
+	return ev
+}
+
+// cloneAssign copies an assignment, for an event: never nil.
+func cloneAssign(a map[string][]int) map[string][]int {
+	out := make(map[string][]int, len(a))
+	for m, ps := range a {
+		out[m] = slices.Clone(ps)
+	}
+	return out
 }
 
 // exited is called by a worker that stopped: the slot is free, and the
