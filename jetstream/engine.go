@@ -103,8 +103,8 @@ type eng struct {
 	names    names
 	retry    engine.RetryPolicy
 	obs      engine.Observer // nil when nothing listens; called outside every lock
-	instance string     // this engine's random ID, the value of its membership keys
-	nc       *nats.Conn // owned; nil when the connection is the caller's
+	instance string          // this engine's random ID, the value of its membership keys
+	nc       *nats.Conn      // owned; nil when the connection is the caller's
 	js       natsjs.JetStream
 	kv       natsjs.KeyValue // membership: a key per member, with TTL
 	deals    natsjs.KeyValue // assignments: a key per group
