@@ -89,6 +89,12 @@
 //	Close(ctx)                            as documented; ShutdownError names the partitions of
 //	                                        this broker's groups that no other broker carries
 //	                                        on; reads after Close answer from what Close saw last
+//	Broker.Snapshot                       topics, partitions, committed offsets, lag and
+//	                                        Oldest from the server (Oldest by its clock, Taken
+//	                                        by this process's); owners and consumers from the
+//	                                        deal; InFlight, Retrying and Attempt only for this
+//	                                        broker's own deliveries; RunningFor 0; lists the
+//	                                        groups this broker created, joined or named
 //	membership                            a consumer name is one member across brokers: joining
 //	                                        with a name another broker holds is ErrSubscription,
 //	                                        and so is a name whose broker crashed, until its key
@@ -103,13 +109,13 @@
 // nats.go client doing the same work with asynchronous acks and one open
 // pull (bench/README.md).
 //
-// Of the optional capabilities of the engine boundary it declares GiveBack
-// and Observed: the server stamps records (no injected clock) and names
+// Of the optional capabilities of the engine boundary it declares
+// GiveBack and Observed, and it is a Snapshotter: the server stamps records (no injected clock) and names
 // them (no custom IDs); Block polls the server's ack floors (not exact)
 // and reuses no buffers; the nats.go client cannot run in a synctest
 // bubble (no virtual time). Not implemented yet: batch consumers
 // (Topic.SubscribeBatch), Group.Redrive and pubsub.WithStuckAfter, which
-// are ErrInvalid; Broker.Snapshot, which is Partial.
+// are ErrInvalid.
 //
 // The engine's events reach the hooks and the logger as this process sees
 // them: retries and dead letters of its own deliveries (a dead letter's

@@ -38,6 +38,7 @@ type group struct {
 	mu       sync.Mutex // guards the fields below; never held across a server request or user code
 	members  map[string]*member
 	assign   map[string][]int // the last assignment computed, of every live member
+	order    []string         // its members, in the order they joined
 	paused   bool             // Pause holds every slot
 	pausedOn bool             // and the server confirmed the pause: from then on a resume by another broker releases the holds
 	closed   bool             // shutdown began

@@ -202,6 +202,7 @@ func (g *group) reconcileLocked() *engine.Event {
 			Before: cloneAssign(g.assign), After: cloneAssign(assign)}
 	}
 	g.assign = assign
+	g.order = slices.Clone(d.Members)
 	want := make([]*member, g.t.parts)
 	for name, ps := range assign {
 		if m := g.members[name]; m != nil && m.rev != 0 && !m.left && !m.evicted {

@@ -49,6 +49,13 @@ type slot struct {
 	pending      record
 	pendingEpoch uint64
 
+	// What the snapshot tells of the partition's delivery: a handler runs
+	// (inFlight), or the last attempt failed and the server will deliver
+	// the record again after its backoff (retrying); attempt is that
+	// delivery's. Local: a delivery in another broker is not seen.
+	inFlight, retrying bool
+	attempt            int
+
 	worker *worker // guarded by the group's mu
 
 	// puller is the partition's pull subscription, made by its first
@@ -465,6 +472,7 @@ func (w *worker) deliver(msg record, revoked <-chan struct{}) (gaveBack bool) {
 		g.skipped.Add(int64(seq - w.s.next))
 	}
 	w.s.next = seq
+	w.s.inFlight, w.s.retrying, w.s.attempt = true, false, d.Attempt
 	w.s.mu.Unlock()
 	if obs := g.e.obs; obs != nil && skippedFrom != 0 {
 		obs.Observe(&engine.Event{Kind: engine.EventSkip, Topic: g.t.name, Group: g.name,
@@ -479,6 +487,11 @@ func (w *worker) deliver(msg record, revoked <-chan struct{}) (gaveBack bool) {
 		herr = w.call(d)
 	}
 	stopKeep()
+	w.s.mu.Lock()
+	w.s.inFlight = false
+	w.s.retrying = herr != nil && !errors.Is(herr, engine.ErrNotDelivered) && !errors.Is(herr, engine.ErrAbandoned) &&
+		!errors.Is(herr, engine.ErrPermanent) && d.Attempt < g.spec.Retry.MaxAttempts
+	w.s.mu.Unlock()
 	if g.e.handlerCtx.Err() != nil {
 		return false // Close gave up on this delivery: nothing is committed
 	}
