@@ -19,8 +19,10 @@ import (
 
 // join adds a local member: its membership key, then a reconcile, so the
 // assignment includes it when Subscribe returns.
-func (g *group) join(ctx context.Context, consumer string, h engine.Handler, onLeave func()) error {
+func (g *group) join(ctx context.Context, m *member) error {
+	consumer := m.name
 	key := g.e.names.memberKey(g.t.name, g.name, consumer)
+	m.key = key
 	g.mu.Lock()
 	switch {
 	case g.closed:
@@ -30,7 +32,6 @@ func (g *group) join(ctx context.Context, consumer string, h engine.Handler, onL
 		g.mu.Unlock()
 		return fmt.Errorf("consumer %q is already in group %q: %w", consumer, g.name, engine.ErrSubscription)
 	}
-	m := &member{name: consumer, key: key, h: h, onLeave: onLeave}
 	g.members[consumer] = m // reserved; not yet live
 	g.mu.Unlock()
 	rev, err := g.e.kv.Create(ctx, key, []byte(g.e.instance))

@@ -202,7 +202,14 @@ func (w *worker) run() {
 		close(w.done)
 		w.g.exited(w)
 	}()
+	if w.m.bh != nil {
+		w.runBatches()
+		return
+	}
 	s := w.s
+	// One record in flight: a batch consumer that served the partition
+	// before may have raised MaxAckPending (batch.go).
+	_ = w.g.setMaxAckPending(s.p, 1)
 	for {
 		var msg record
 		var err error
@@ -542,13 +549,17 @@ func (w *worker) call(d *engine.Delivery) (err error) {
 // settle tells the server the outcome: an ack, a retry after the
 // policy's backoff (NakWithDelay: the consumer's own BackOff does not
 // apply to naks), a give-back, or a dead letter then a Term.
-func (w *worker) settle(msg record, d *engine.Delivery, herr error) {
+//
+// It reports whether the record will come again (a retry, or a dead letter
+// that could not be stored).
+func (w *worker) settle(msg record, d *engine.Delivery, herr error) (again bool) {
 	g := w.g
 	ctx, cancel := g.e.ctx()
 	defer cancel()
 	switch {
 	case errors.Is(herr, engine.ErrAbandoned): // received, then given back: it counts as an attempt
 		_ = msg.Nak()
+		return true
 	case herr == nil:
 		// Counted even when the ack fails: the handler succeeded, and an
 		// ack the server refused (its record gone by retention) or whose
@@ -563,7 +574,7 @@ func (w *worker) settle(msg record, d *engine.Delivery, herr error) {
 	case errors.Is(herr, engine.ErrPermanent) || d.Attempt >= g.spec.Retry.MaxAttempts:
 		if err := g.deadLetter(ctx, msg, d, herr, w.m.name); err != nil {
 			_ = msg.NakWithDelay(g.spec.Retry.Delay(d.Attempt))
-			return
+			return true
 		}
 		w.s.settled(d)
 		g.e.committed()
@@ -575,7 +586,9 @@ func (w *worker) settle(msg record, d *engine.Delivery, herr error) {
 			obs.Observe(&engine.Event{Kind: engine.EventRetry, Topic: g.t.name, Group: g.name, Consumer: w.m.name,
 				Partition: d.Partition, Offset: d.Record.Offset, ID: d.ID, Record: d.Record, Attempt: d.Attempt, Delay: delay, Err: herr})
 		}
+		return true
 	}
+	return false
 }
 
 // The headers of a dead letter, besides the record's own (hdrKey,
