@@ -144,7 +144,9 @@ var _ engine.Engine = (*eng)(nil)
 // gets room within a poll of the slowest group's commit, not at once, and
 // NewRecord reuses no buffers (no ExactBlock, no ReclaimOnCommit). The
 // nats.go client cannot run in a synctest bubble (no VirtualTime).
-func (e *eng) Capabilities() engine.Capabilities { return engine.GiveBack | engine.Observed | engine.Batches }
+func (e *eng) Capabilities() engine.Capabilities {
+	return engine.GiveBack | engine.Observed | engine.Batches
+}
 
 func (e *eng) State() engine.State {
 	e.mu.Lock()
