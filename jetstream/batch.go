@@ -75,14 +75,24 @@ func (w *worker) runBatches() {
 	raised := false // MaxAckPending is the batch size
 	var buf []held  // fetched, unsettled, in stream order
 	var retry uint64
+	var retryAt time.Time // when the server delivers retry again
 	s.mu.Lock()
 	epoch := s.epoch
 	s.mu.Unlock()
 	defer func() {
 		// Given back: they come again, counted as one more attempt (the
-		// server counts deliveries).
+		// server counts deliveries); after the failed record they wait
+		// behind, when there is one, so that it still goes first.
+		var delay time.Duration
+		if retry != 0 {
+			delay = time.Until(retryAt) + g.e.cfg.pollWait
+		}
 		for _, h := range buf {
-			_ = h.msg.Nak()
+			if delay > 0 {
+				_ = h.msg.NakWithDelay(delay)
+			} else {
+				_ = h.msg.Nak()
+			}
 		}
 	}()
 	lastKeep := time.Now()
@@ -108,8 +118,12 @@ func (w *worker) runBatches() {
 			s.mu.Unlock()
 			var settled int
 			var ok bool
-			settled, retry, ok = w.deliverBatch(buf[:n], revoked)
+			var failedAttempt int
+			settled, retry, failedAttempt, ok = w.deliverBatch(buf[:n], revoked)
 			buf = slices.Delete(buf, 0, settled)
+			if retry != 0 {
+				retryAt = time.Now().Add(g.spec.Retry.Delay(failedAttempt))
+			}
 			if !ok {
 				return
 			}
@@ -322,9 +336,10 @@ func (w *worker) fetchBatch(n int, topUp bool) ([]held, error) {
 // deliverBatch runs the handler on hs, consecutive first deliveries (or
 // one record), and settles the outcome. It returns how many records of hs
 // were settled (acked, dead-lettered or sent back to retry), the sequence
-// of a record now waiting out its backoff (0 when none), and false when
-// the worker must exit (Close gave up on the batch: nothing is acked).
-func (w *worker) deliverBatch(hs []held, revoked <-chan struct{}) (settled int, retry uint64, ok bool) {
+// of a record now waiting out its backoff (0 when none) and the attempt
+// that failed, and false when the worker must exit (Close gave up on the
+// batch: nothing is acked).
+func (w *worker) deliverBatch(hs []held, revoked <-chan struct{}) (settled int, retry uint64, attempt int, ok bool) {
 	g, s := w.g, w.s
 	stream := g.t.streams[s.p].CachedInfo().Config.Name
 	recs := make([]*engine.Record, 0, len(hs))
@@ -342,15 +357,15 @@ func (w *worker) deliverBatch(hs []held, revoked <-chan struct{}) (settled int, 
 			w.noteStart(h.seq, d.Attempt)
 			w.noteEnd(false)
 			if w.settle(h.msg, d, fmt.Errorf("%w: %v", engine.ErrPermanent, err)) {
-				return 1, h.seq, true
+				return 1, h.seq, d.Attempt, true
 			}
-			return 1, 0, true
+			return 1, 0, 0, true
 		}
 		recs = append(recs, rec)
 		ids = append(ids, stream+"-"+strconv.FormatUint(h.seq, 10))
 	}
 	hs = hs[:len(recs)]
-	attempt := int(hs[0].md.NumDelivered)
+	attempt = int(hs[0].md.NumDelivered)
 	b := &engine.Batch{Topic: g.t.name, Partition: s.p, Records: recs, IDs: ids, Attempt: attempt, Revoked: revoked}
 	w.noteStart(hs[0].seq, attempt)
 	msgs := make([]record, len(hs))
@@ -362,7 +377,7 @@ func (w *worker) deliverBatch(hs []held, revoked <-chan struct{}) (settled int, 
 	stopKeep()
 	w.noteEnd(failed != nil && !errors.Is(failed, engine.ErrPermanent) && attempt < g.spec.Retry.MaxAttempts)
 	if g.e.handlerCtx.Err() != nil {
-		return 0, 0, false // Close gave up on this batch: nothing is committed
+		return 0, 0, 0, false // Close gave up on this batch: nothing is committed
 	}
 	if done > 0 {
 		// Counted, and next moved, before the acks, which Drain may see.
@@ -379,14 +394,14 @@ func (w *worker) deliverBatch(hs []held, revoked <-chan struct{}) (settled int, 
 		g.e.committed()
 	}
 	if failed == nil {
-		return done, 0, true
+		return done, 0, 0, true
 	}
 	h := hs[done]
 	d := &engine.Delivery{Topic: g.t.name, Partition: s.p, ID: ids[done], Record: recs[done], Attempt: attempt, Revoked: revoked}
 	if w.settle(h.msg, d, failed) {
-		return done + 1, h.seq, true
+		return done + 1, h.seq, attempt, true
 	}
-	return done + 1, 0, true
+	return done + 1, 0, 0, true
 }
 
 // noteStart records, for the snapshot and the skip count, that a delivery
