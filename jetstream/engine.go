@@ -133,7 +133,10 @@ type groupKey struct{ topic, group string }
 
 var _ engine.Engine = (*eng)(nil)
 
-// Capabilities: GiveBack only. A delivery given back before the consumer
+// Capabilities: GiveBack, Observed (Config.Observer hears retries, dead
+// letters, rebalances, backpressure, drops and skips, as this process
+// sees them: see the package documentation) and Batches (batch.go). A
+// delivery given back before the consumer
 // received it (ErrNotDelivered) is kept by the partition's worker and
 // delivered next with the same Attempt, also to the next local owner; it
 // goes back to the server, and so counts, only when the broker closes or
