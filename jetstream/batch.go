@@ -108,6 +108,13 @@ func (w *worker) runBatches() {
 			lastKeep = time.Now()
 		}
 		if !w.batchGate(&buf, &epoch, &retry) {
+			if len(buf) > 0 && retry == 0 && g.nextOwner(w) == ownerRemote {
+				// As the per-record worker does with a record it holds: the
+				// partition goes to another broker (or this one is closing),
+				// so what was fetched is delivered here, as deliveries in
+				// flight, rather than given back with an attempt more.
+				retry, retryAt = w.finishHeld(&buf, epoch)
+			}
 			return
 		}
 		// s.mu is held.
@@ -149,6 +156,35 @@ func (w *worker) runBatches() {
 			return
 		}
 	}
+}
+
+// finishHeld delivers buf, in batches, for a worker that stopped, while
+// nothing holds the slot. It returns a record left waiting out a retry,
+// and when it is due; the rest of buf is then given back.
+func (w *worker) finishHeld(buf *[]held, epoch uint64) (uint64, time.Time) {
+	s := w.s
+	for len(*buf) > 0 {
+		n := deliverable(*buf, 0, w.m.batch.MaxSize)
+		s.mu.Lock()
+		if s.holds > 0 || s.epoch != epoch {
+			s.mu.Unlock()
+			return 0, time.Time{}
+		}
+		s.phase = busy
+		s.signal()
+		revoked := s.revoked
+		s.mu.Unlock()
+		settled, retry, attempt, ok := w.deliverBatch((*buf)[:n], revoked)
+		*buf = slices.Delete(*buf, 0, settled)
+		s.setPhase(parked)
+		if retry != 0 {
+			return retry, time.Now().Add(w.g.spec.Retry.Delay(attempt))
+		}
+		if !ok {
+			break
+		}
+	}
+	return 0, time.Time{}
 }
 
 // batchGate waits while the slot is held, keeping buf alive on the server;

@@ -57,7 +57,12 @@
 //	                                        the ones after it wait unacked, kept alive, counting
 //	                                        no attempt, unless the partition moves meanwhile
 //	                                        (then they come again with Attempt+1, after it).
-//	                                        MaxWait tops a batch up by further pulls
+//	                                        Records fetched but not yet handed over when the
+//	                                        partition moves are delivered by the stopping
+//	                                        worker when it goes to another broker (or at Close),
+//	                                        and come again with Attempt+1 when it goes to
+//	                                        another member of this one. MaxWait tops a batch
+//	                                        up by further pulls
 //	every group sees every record         exact (a durable consumer per group and partition)
 //	one consumer per partition in a       pinned-client priority group as the fence; a sticky
 //	  group, balanced                       deal over the live members (a KV bucket with TTL),
