@@ -13,11 +13,11 @@ import (
 // 64 to a topic one group reads, and waits until the group committed them
 // all: the engine's throughput with one record in flight per partition
 // (consumer=record), or with a batch consumer taking up to 64 records per
-// pull, call and commit (consumer=batch).
+// pull, call and commit (consumer=batch); consumer=none publishes alone.
 //
 //	go test -run '^$' -bench PublishConsume -benchtime 4000x .
 func BenchmarkPublishConsume(b *testing.B) {
-	for _, kind := range []string{"record", "batch"} {
+	for _, kind := range []string{"none", "record", "batch"} {
 		for _, storage := range []Storage{MemoryStorage, FileStorage} {
 			for _, parts := range []int{1, 4} {
 				name := fmt.Sprintf("consumer=%s/storage=%s/partitions=%d", kind, map[Storage]string{MemoryStorage: "memory", FileStorage: "file"}[storage], parts)
@@ -34,10 +34,12 @@ func benchPublishConsume(b *testing.B, kind string, storage Storage, parts int) 
 	if err != nil {
 		b.Fatal(err)
 	}
-	if kind == "batch" {
+	switch kind {
+	case "none": // publishing alone: what bounds the consumers
+	case "batch":
 		_, err = topic.SubscribeBatch("g", "c1", pubsub.BatchHandlerFunc[[]byte](func(context.Context, []pubsub.Message[[]byte]) error { return nil }),
 			pubsub.WithBatchSize(64))
-	} else {
+	default:
 		_, err = topic.Subscribe("g", "c1", pubsub.HandlerFunc[[]byte](func(context.Context, pubsub.Message[[]byte]) error { return nil }))
 	}
 	if err != nil {
