@@ -321,22 +321,43 @@ func (w *worker) puller() (*puller, error) {
 	return p, nil
 }
 
-// fetchBatch pulls up to n records: what the server has at once, after
-// waiting up to the poll wait for the first; then, with topUp and MaxWait
-// set, what comes within MaxWait of the first, up to n. Each pull is read
-// to its end, so no answer of it is left for the next.
-func (w *worker) fetchBatch(n int, topUp bool) ([]held, error) {
+// batchPull is one open pull for up to n records, answered at once with
+// what the server has (no_wait), after waiting up to the poll wait for the
+// first.
+type batchPull struct {
+	p     *puller
+	err   error
+	n     int
+	epoch uint64 // the slot's epoch when it was opened
+}
+
+// openBatch opens a pull for up to n records.
+func (w *worker) openBatch(n int) *batchPull {
 	p, err := w.puller()
 	if err != nil {
-		return nil, err
+		return &batchPull{err: err}
 	}
+	return &batchPull{p: p, n: n, err: p.pullN(n, w.g.e.cfg.pollWait, true)}
+}
+
+// fetchBatch pulls up to n records: what the server has at once, after
+// waiting up to the poll wait for the first; then, with topUp and MaxWait
+// set, what comes within MaxWait of the first, up to n.
+func (w *worker) fetchBatch(n int, topUp bool) ([]held, error) {
+	return w.collectBatch(w.openBatch(n), topUp)
+}
+
+// collectBatch reads bp's answers, then tops the batch up as fetchBatch
+// says. Each pull is read to its end, so no answer of it is left for the
+// next.
+func (w *worker) collectBatch(bp *batchPull, topUp bool) ([]held, error) {
+	if bp.err != nil {
+		return nil, bp.err
+	}
+	p := bp.p
 	abort := w.g.e.handlerCtx.Done()
-	wait := w.g.e.cfg.pollWait
 	var got []held
-	take := func(noWait bool, want int, wait time.Duration) error {
-		if err := p.pullN(want, wait, noWait); err != nil {
-			return err
-		}
+	read := func(want int, wait time.Duration) error {
 		for range want {
 			msg, err := p.next(abort, wait+time.Second)
 			if msg == nil {
@@ -351,17 +372,21 @@ func (w *worker) fetchBatch(n int, topUp bool) ([]held, error) {
 		}
 		return nil
 	}
-	if err := take(true, n, wait); err != nil || len(got) == 0 {
+	if err := read(bp.n, w.g.e.cfg.pollWait); err != nil || len(got) == 0 {
 		return got, err
 	}
 	if mw := w.m.batch.MaxWait; topUp && mw > 0 {
 		deadline := time.Now().Add(mw)
-		for len(got) < n && !w.stopping() {
+		for len(got) < bp.n && !w.stopping() {
 			left := time.Until(deadline)
 			if left < time.Millisecond {
 				break
 			}
-			if err := take(false, n-len(got), left); err != nil {
+			want := bp.n - len(got)
+			if err := p.pullN(want, left, false); err != nil {
+				break
+			}
+			if err := read(want, left); err != nil {
 				break
 			}
 		}
