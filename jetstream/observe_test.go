@@ -149,3 +149,63 @@ func TestEventsOfBlock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// reentrantHooks read the broker from inside the engine's events.
+type reentrantHooks struct {
+	b                   *pubsub.Broker
+	mu                  sync.Mutex
+	rebalances, retries int
+	sawRetrying         bool
+}
+
+func (h *reentrantHooks) OnRebalance(pubsub.RebalanceEvent) {
+	_ = h.b.Snapshot()
+	h.mu.Lock()
+	h.rebalances++
+	h.mu.Unlock()
+}
+
+func (h *reentrantHooks) OnRetry(e pubsub.RetryEvent) {
+	p := h.b.Snapshot().Topics[0].Groups[0].Partitions[e.Delivery.Partition]
+	h.mu.Lock()
+	h.retries++
+	h.sawRetrying = h.sawRetrying || p.Retrying
+	h.mu.Unlock()
+}
+
+// TestEventsRaisedOutsideLocks: hooks that read the broker's Snapshot from
+// inside a rebalance and a retry (from a batch consumer too) do not
+// deadlock the engine, and the retry hook already sees the record
+// Retrying.
+func TestEventsRaisedOutsideLocks(t *testing.T) {
+	h := &reentrantHooks{}
+	b := newBroker(t, pubsub.WithHooks(h), pubsub.WithRetry(pubsub.RetryPolicy{BaseDelay: time.Millisecond}))
+	h.b = b
+	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topic.SubscribeBatch("g", "c1", pubsub.BatchHandlerFunc[string](func(_ context.Context, msgs []pubsub.Message[string]) error {
+		for i, m := range msgs {
+			if m.Value == "bad" && m.Attempt == 1 {
+				return &pubsub.BatchError{Index: i, Err: errors.New("not yet")}
+			}
+		}
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := topic.PublishValues(ctx, []string{"a", "bad", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.rebalances != 1 || h.retries != 1 || !h.sawRetrying {
+		t.Errorf("%d rebalances, %d retries (Retrying seen: %v); want 1, 1, true", h.rebalances, h.retries, h.sawRetrying)
+	}
+}
