@@ -325,10 +325,9 @@ func (w *worker) puller() (*puller, error) {
 // what the server has (no_wait), after waiting up to the poll wait for the
 // first.
 type batchPull struct {
-	p     *puller
-	err   error
-	n     int
-	epoch uint64 // the slot's epoch when it was opened
+	p   *puller
+	err error
+	n   int
 }
 
 // openBatch opens a pull for up to n records.
