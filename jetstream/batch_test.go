@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
 	"github.com/logbus/logbus/pubsub/pubsubtest"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // TestBatchUnderBlockStoresAPrefix publishes a batch larger than a Block
@@ -61,4 +64,167 @@ func TestBatchUnderBlockStoresAPrefix(t *testing.T) {
 	if got := rec.Values(); fmt.Sprint(got) != fmt.Sprint(batch[:4]) {
 		t.Errorf("delivered %q, want %q", got, batch[:4])
 	}
+}
+
+// consumerOf returns the server's view of group's consumer on partition p
+// of topic, for a broker made with opts.
+func consumerOf(t *testing.T, opts []Option, topic, group string, p int) *natsjs.ConsumerInfo {
+	t.Helper()
+	nc, err := testServer.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := natsjs.New(nc)
+	var c config
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	n := names{prefix: encodeName(c.prefix)}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cons, err := js.Consumer(ctx, n.stream(topic, p), n.consumer(group, p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+// TestBatchThenRecordConsumerKeepsOrderUnderRetry: a batch consumer raises
+// its partition's MaxAckPending to its batch size; a per-record consumer
+// that takes the partition after it sets it back to one, so a record
+// waiting out its backoff still holds back the one behind it.
+func TestBatchThenRecordConsumerKeepsOrderUnderRetry(t *testing.T) {
+	opts := testOptions()
+	b := brokerOn(t, testServer.Engine(opts...), pubsub.WithRetry(pubsub.RetryPolicy{BaseDelay: 100 * time.Millisecond}))
+	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	batches := &batchRecorder{}
+	g, err := topic.SubscribeBatch("g", "b1", batches, pubsub.WithBatchSize(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := topic.PublishValues(ctx, []string{"a", "b", "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := consumerOf(t, opts, "orders", "g", 0).Config.MaxAckPending; got != 8 {
+		t.Errorf("MaxAckPending under a batch consumer: %d, want 8", got)
+	}
+	if err := g.Leave(ctx, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	rec := pubsubtest.NewRecorder[string]()
+	rec.FailWith(func(m pubsub.Message[string]) error {
+		if m.Value == "bad" && m.Attempt == 1 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if _, err := topic.Subscribe("g", "r1", rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topic.PublishValues(ctx, []string{"bad", "next"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.Values(); fmt.Sprint(got) != "[bad next]" || rec.Calls() != 3 {
+		t.Errorf("per-record consumer acked %q in %d calls, want bad (its second attempt), then next, in 3 calls", got, rec.Calls())
+	}
+	if got := consumerOf(t, opts, "orders", "g", 0).Config.MaxAckPending; got != 1 {
+		t.Errorf("MaxAckPending under a per-record consumer: %d, want 1", got)
+	}
+	if got := batches.values(); fmt.Sprint(got) != "[a b c]" {
+		t.Errorf("batch consumer got %q, want [a b c]", got)
+	}
+}
+
+// TestBatchKeepsHeldRecordsAlivePastAckWait: the records after a failed
+// one wait, unacked, while it waits out a backoff longer than AckWait;
+// the worker keeps them alive, so they come once, on their first attempt,
+// after the failed one.
+func TestBatchKeepsHeldRecordsAlivePastAckWait(t *testing.T) {
+	b := brokerOn(t, testServer.Engine(testOptions(WithAckWait(300*time.Millisecond))...),
+		pubsub.WithRetry(pubsub.RetryPolicy{BaseDelay: time.Second}))
+	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := topic.PublishValues(ctx, []string{"a", "bad", "b", "c"}); err != nil {
+		t.Fatal(err)
+	}
+	batches := &batchRecorder{fail: func(msgs []pubsub.Message[string]) error {
+		for i, m := range msgs {
+			if m.Value == "bad" && m.Attempt == 1 {
+				return &pubsub.BatchError{Index: i, Err: errors.New("not yet")}
+			}
+		}
+		return nil
+	}}
+	g, err := topic.SubscribeBatch("g", "b1", batches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, call := range batches.all() {
+		for _, m := range call {
+			seen = append(seen, fmt.Sprintf("%s/%d", m.Value, m.Attempt))
+		}
+	}
+	if fmt.Sprint(seen) != "[a/1 bad/1 b/1 c/1 bad/2 b/1 c/1]" && fmt.Sprint(seen) != "[a/1 bad/1 bad/2 b/1 c/1]" {
+		t.Errorf("delivered %v, want a, bad failing, bad again, then b and c on their first attempt", seen)
+	}
+	if st := g.Stats(); st.Delivered != 4 || st.Retried != 1 {
+		t.Errorf("stats %+v, want 4 delivered, 1 retried", st)
+	}
+}
+
+// batchRecorder is a batch handler that keeps every call.
+type batchRecorder struct {
+	mu    sync.Mutex
+	calls [][]pubsub.Message[string]
+	fail  func([]pubsub.Message[string]) error
+}
+
+func (r *batchRecorder) HandleBatch(_ context.Context, msgs []pubsub.Message[string]) error {
+	r.mu.Lock()
+	r.calls = append(r.calls, slices.Clone(msgs))
+	r.mu.Unlock()
+	if r.fail != nil {
+		return r.fail(msgs)
+	}
+	return nil
+}
+
+func (r *batchRecorder) all() [][]pubsub.Message[string] {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+func (r *batchRecorder) values() []string {
+	var out []string
+	for _, call := range r.all() {
+		for _, m := range call {
+			out = append(out, m.Value)
+		}
+	}
+	return out
 }

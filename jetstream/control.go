@@ -29,11 +29,14 @@ func (g *group) Pause(ctx context.Context) error {
 	}
 	g.mu.Unlock()
 	until := time.Now().Add(100 * 365 * 24 * time.Hour)
+	g.cfgMu.Lock()
 	for p, s := range g.t.streams {
 		if _, err := s.PauseConsumer(ctx, g.e.names.consumer(g.name, p), until); err != nil {
+			g.cfgMu.Unlock()
 			return g.e.ctxErr(ctx, fmt.Errorf("partition %d: %w", p, err))
 		}
 	}
+	g.cfgMu.Unlock()
 	g.mu.Lock()
 	g.pausedOn = g.paused
 	g.mu.Unlock()
@@ -78,11 +81,14 @@ func (g *group) Resume(ctx context.Context) error {
 		return nil
 	}
 	g.mu.Unlock()
+	g.cfgMu.Lock()
 	for p, s := range g.t.streams {
 		if _, err := s.ResumeConsumer(ctx, g.e.names.consumer(g.name, p)); err != nil {
+			g.cfgMu.Unlock()
 			return g.e.ctxErr(ctx, fmt.Errorf("partition %d: %w", p, err))
 		}
 	}
+	g.cfgMu.Unlock()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.paused {

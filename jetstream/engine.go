@@ -56,7 +56,7 @@ func (o *opener) Open(ecfg engine.Config) (engine.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &eng{cfg: cfg, names: names{prefix: encodeName(cfg.prefix)}, retry: retry,
+	e := &eng{cfg: cfg, names: names{prefix: encodeName(cfg.prefix)}, retry: retry, obs: ecfg.Observer,
 		topics: map[string]*topic{}, groups: map[groupKey]*group{},
 		closing: make(chan struct{}), commits: make(chan struct{})}
 	e.handlerCtx, e.cancelHandlers = context.WithCancel(context.Background())
@@ -102,8 +102,9 @@ type eng struct {
 	cfg      config
 	names    names
 	retry    engine.RetryPolicy
-	instance string     // this engine's random ID, the value of its membership keys
-	nc       *nats.Conn // owned; nil when the connection is the caller's
+	obs      engine.Observer // nil when nothing listens; called outside every lock
+	instance string          // this engine's random ID, the value of its membership keys
+	nc       *nats.Conn      // owned; nil when the connection is the caller's
 	js       natsjs.JetStream
 	kv       natsjs.KeyValue // membership: a key per member, with TTL
 	deals    natsjs.KeyValue // assignments: a key per group
@@ -132,7 +133,10 @@ type groupKey struct{ topic, group string }
 
 var _ engine.Engine = (*eng)(nil)
 
-// Capabilities: GiveBack only. A delivery given back before the consumer
+// Capabilities: GiveBack, Observed (Config.Observer hears retries, dead
+// letters, rebalances, backpressure, drops and skips, as this process
+// sees them: see the package documentation) and Batches (batch.go). A
+// delivery given back before the consumer
 // received it (ErrNotDelivered) is kept by the partition's worker and
 // delivered next with the same Attempt, also to the next local owner; it
 // goes back to the server, and so counts, only when the broker closes or
@@ -143,7 +147,9 @@ var _ engine.Engine = (*eng)(nil)
 // gets room within a poll of the slowest group's commit, not at once, and
 // NewRecord reuses no buffers (no ExactBlock, no ReclaimOnCommit). The
 // nats.go client cannot run in a synctest bubble (no VirtualTime).
-func (e *eng) Capabilities() engine.Capabilities { return engine.GiveBack }
+func (e *eng) Capabilities() engine.Capabilities {
+	return engine.GiveBack | engine.Observed | engine.Batches
+}
 
 func (e *eng) State() engine.State {
 	e.mu.Lock()

@@ -34,10 +34,15 @@ type group struct {
 	// recMu serialises reconcile, which Subscribe, Leave, the loop and
 	// exiting workers all call.
 	recMu sync.Mutex
+	// cfgMu serialises this broker's changes of the consumers'
+	// configuration: pause, resume, and MaxAckPending (batch.go), which
+	// rewrites the whole configuration and so must not undo a pause.
+	cfgMu sync.Mutex
 
 	mu       sync.Mutex // guards the fields below; never held across a server request or user code
 	members  map[string]*member
 	assign   map[string][]int // the last assignment computed, of every live member
+	order    []string         // its members, in the order they joined
 	paused   bool             // Pause holds every slot
 	pausedOn bool             // and the server confirmed the pause: from then on a resume by another broker releases the holds
 	closed   bool             // shutdown began
@@ -57,7 +62,9 @@ type group struct {
 type member struct {
 	name    string
 	key     string
-	h       engine.Handler
+	h       engine.Handler      // nil for a batch consumer
+	bh      engine.BatchHandler // a batch consumer's; nil otherwise
+	batch   engine.BatchSpec    // a batch consumer's, resolved
 	onLeave func()
 	rev     uint64 // of its membership key
 	left    bool
@@ -69,6 +76,28 @@ type member struct {
 const metaSpec = "logbus_spec"
 
 func (e *eng) Subscribe(ctx context.Context, topic, group, consumer string, h engine.Handler, onLeave func(), spec engine.GroupSpec) (engine.Group, error) {
+	if h == nil {
+		return nil, fmt.Errorf("nil handler: %w", engine.ErrSubscription)
+	}
+	return e.subscribe(ctx, topic, group, &member{name: consumer, h: h, onLeave: onLeave}, spec)
+}
+
+// SubscribeBatch is Subscribe for a consumer whose handler takes batches
+// (engine.BatchSubscriber): see batch.go.
+func (e *eng) SubscribeBatch(ctx context.Context, topic, group, consumer string, h engine.BatchHandler, onLeave func(), spec engine.GroupSpec, batch engine.BatchSpec) (engine.Group, error) {
+	if h == nil {
+		return nil, fmt.Errorf("nil handler: %w", engine.ErrSubscription)
+	}
+	batch, err := batch.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	return e.subscribe(ctx, topic, group, &member{name: consumer, bh: h, batch: batch, onLeave: onLeave}, spec)
+}
+
+// subscribe joins m, a member not yet in any group, to the group.
+func (e *eng) subscribe(ctx context.Context, topic, group string, m *member, spec engine.GroupSpec) (engine.Group, error) {
+	consumer := m.name
 	what := fmt.Sprintf("subscribe %q to group %q", consumer, group)
 	if err := e.refuse(what); err != nil {
 		return nil, err
@@ -78,8 +107,6 @@ func (e *eng) Subscribe(ctx context.Context, topic, group, consumer string, h en
 		return nil, fmt.Errorf("empty group name: %w", engine.ErrSubscription)
 	case consumer == "":
 		return nil, fmt.Errorf("empty consumer name: %w", engine.ErrSubscription)
-	case h == nil:
-		return nil, fmt.Errorf("nil handler: %w", engine.ErrSubscription)
 	}
 	e.mu.Lock()
 	t := e.topics[topic]
@@ -99,7 +126,7 @@ func (e *eng) Subscribe(ctx context.Context, topic, group, consumer string, h en
 	} else if !g.spec.Equal(resolveSpec(e, spec)) {
 		return nil, fmt.Errorf("group %q exists with other options: %w", group, engine.ErrSubscription)
 	}
-	if err := g.join(ctx, consumer, h, onLeave); err != nil {
+	if err := g.join(ctx, m); err != nil {
 		return nil, err
 	}
 	return g, nil

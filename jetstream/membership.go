@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -18,8 +19,10 @@ import (
 
 // join adds a local member: its membership key, then a reconcile, so the
 // assignment includes it when Subscribe returns.
-func (g *group) join(ctx context.Context, consumer string, h engine.Handler, onLeave func()) error {
+func (g *group) join(ctx context.Context, m *member) error {
+	consumer := m.name
 	key := g.e.names.memberKey(g.t.name, g.name, consumer)
+	m.key = key
 	g.mu.Lock()
 	switch {
 	case g.closed:
@@ -29,7 +32,6 @@ func (g *group) join(ctx context.Context, consumer string, h engine.Handler, onL
 		g.mu.Unlock()
 		return fmt.Errorf("consumer %q is already in group %q: %w", consumer, g.name, engine.ErrSubscription)
 	}
-	m := &member{name: consumer, key: key, h: h, onLeave: onLeave}
 	g.members[consumer] = m // reserved; not yet live
 	g.mu.Unlock()
 	rev, err := g.e.kv.Create(ctx, key, []byte(g.e.instance))
@@ -167,6 +169,16 @@ func (g *group) liveMembers(ctx context.Context) ([]string, map[string]bool, err
 // stop (it finishes its delivery in flight), and a partition this broker
 // now owns gets a worker once the previous one has exited.
 func (g *group) reconcile() {
+	if ev := g.reconcileLocked(); ev != nil {
+		g.e.obs.Observe(ev)
+	}
+}
+
+// reconcileLocked is reconcile under recMu; it returns the rebalance
+// event to raise once recMu is released (nil when nothing observes or
+// the assignment did not change): an observer may Subscribe or Leave,
+// which reconcile.
+func (g *group) reconcileLocked() *engine.Event {
 	g.recMu.Lock()
 	defer g.recMu.Unlock()
 	ctx, cancel := g.e.ctx()
@@ -177,15 +189,21 @@ func (g *group) reconcile() {
 	}
 	cancel()
 	if err != nil {
-		return
+		return nil
 	}
 	assign := d.byMember()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
-		return
+		return nil
+	}
+	var ev *engine.Event
+	if g.e.obs != nil && !maps.EqualFunc(g.assign, assign, slices.Equal) {
+		ev = &engine.Event{Kind: engine.EventRebalance, Topic: g.t.name, Group: g.name,
+			Before: cloneAssign(g.assign), After: cloneAssign(assign)}
 	}
 	g.assign = assign
+	g.order = slices.Clone(d.Members)
 	want := make([]*member, g.t.parts)
 	for name, ps := range assign {
 		if m := g.members[name]; m != nil && m.rev != 0 && !m.left && !m.evicted {
@@ -204,6 +222,16 @@ func (g *group) reconcile() {
 			go s.worker.run() // exits when signalStop is called and its delivery in flight is done
 		}
 	}
+	return ev
+}
+
+// cloneAssign copies an assignment, for an event: never nil.
+func cloneAssign(a map[string][]int) map[string][]int {
+	out := make(map[string][]int, len(a))
+	for m, ps := range a {
+		out[m] = slices.Clone(ps)
+	}
+	return out
 }
 
 // exited is called by a worker that stopped: the slot is free, and the

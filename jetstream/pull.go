@@ -27,6 +27,7 @@ type record interface {
 	Metadata() (*natsjs.MsgMetadata, error)
 	Headers() nats.Header
 	Data() []byte
+	Ack() error
 	DoubleAck(ctx context.Context) error
 	Nak() error
 	NakWithDelay(delay time.Duration) error
@@ -77,13 +78,19 @@ func (p *puller) close() { _ = p.sub.Unsubscribe() }
 type pullRequest struct {
 	Batch   int           `json:"batch"`
 	Expires time.Duration `json:"expires"`
+	NoWait  bool          `json:"no_wait,omitempty"`
 	Group   string        `json:"group"`
 	ID      string        `json:"id,omitempty"`
 }
 
 // pull asks for the next record, waiting up to wait on the server.
-func (p *puller) pull(wait time.Duration) error {
-	req, _ := json.Marshal(pullRequest{Batch: 1, Expires: wait, Group: priorityGroup, ID: p.pin})
+func (p *puller) pull(wait time.Duration) error { return p.pullN(1, wait, false) }
+
+// pullN asks for up to n records, waiting up to wait on the server. With
+// noWait the server answers as soon as it has any: the records there are,
+// then a 404 status, unless they were n.
+func (p *puller) pullN(n int, wait time.Duration, noWait bool) error {
+	req, _ := json.Marshal(pullRequest{Batch: n, Expires: wait, NoWait: noWait, Group: priorityGroup, ID: p.pin})
 	return p.nc.PublishRequest(p.subj, p.sub.Subject, req)
 }
 
@@ -158,6 +165,7 @@ func (r rawMsg) DoubleAck(ctx context.Context) error {
 
 func (r rawMsg) ack(body string) error { return r.nc.Publish(r.m.Reply, []byte(body)) }
 
+func (r rawMsg) Ack() error        { return r.ack("+ACK") }
 func (r rawMsg) Nak() error        { return r.ack("-NAK") }
 func (r rawMsg) InProgress() error { return r.ack("+WPI") }
 

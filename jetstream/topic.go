@@ -40,6 +40,35 @@ type topic struct {
 // keeps no such counters.
 type partCounts struct {
 	reclaimed, dropped, blocked, timedOut atomic.Int64
+	// evicted is how many records this process has reported (EventDrop)
+	// as evicted by the server's discard-old, for sawStored.
+	evicted atomic.Int64
+}
+
+// sawStored reports, when something observes, the records the server's
+// discard-old evicted from partition p to store the record at seq: on a
+// DropOldest partition bounded by count alone (no MaxAge, no MaxBytes),
+// storing seq means that the records up to seq − MaxMessages are gone,
+// and what this process has not reported yet is reported now. Nothing is
+// asked of the server. With MaxAge or MaxBytes the evictions cannot be
+// told from the sequence, and are not reported.
+func (t *topic) sawStored(p int, seq uint64) {
+	r := t.spec.Retention
+	if t.e.obs == nil || r.OnFull != engine.DropOldest || r.MaxMessages <= 0 || r.MaxAge != 0 || r.MaxBytes > 0 {
+		return
+	}
+	gone := int64(seq) - int64(r.MaxMessages)
+	c := &t.counts[p]
+	for {
+		was := c.evicted.Load()
+		if gone <= was {
+			return
+		}
+		if c.evicted.CompareAndSwap(was, gone) {
+			t.e.obs.Observe(&engine.Event{Kind: engine.EventDrop, Topic: t.name, Partition: p, Count: gone - was})
+			return
+		}
+	}
 }
 
 // CreateTopic creates (or, when another broker created it with the same
@@ -74,6 +103,10 @@ func (e *eng) CreateTopic(ctx context.Context, name string, spec engine.TopicSpe
 			return nil, e.ctxErr(ctx, fmt.Errorf("create topic %q partition %d: %w", name, p, err))
 		}
 		t.streams[p] = s
+		// Evictions before this broker attached are not its to report.
+		if last, n := s.CachedInfo().State.LastSeq, spec.Retention.MaxMessages; n > 0 && last > uint64(n) {
+			t.counts[p].evicted.Store(int64(last) - int64(n))
+		}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -190,6 +223,7 @@ func (t *topic) publish(ctx context.Context, p int, m *nats.Msg) (int64, error) 
 	for {
 		ack, err := t.e.js.PublishMsg(ctx, m)
 		if err == nil {
+			t.sawStored(p, ack.Sequence)
 			return int64(ack.Sequence) - 1, nil
 		}
 		if !isFull(err) {
@@ -205,16 +239,26 @@ func (t *topic) publish(ctx context.Context, p int, m *nats.Msg) (int64, error) 
 		if deadline.IsZero() { // no room to be made: this publish waits
 			t.counts[p].blocked.Add(1)
 			deadline = time.Now().Add(t.spec.Retention.BlockTimeout)
+			if obs := t.e.obs; obs != nil {
+				obs.Observe(&engine.Event{Kind: engine.EventBackpressureWait, Topic: t.name, Partition: p})
+			}
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
 			t.counts[p].timedOut.Add(1)
+			var err error
 			if slowest != "" {
-				return 0, fmt.Errorf("topic %q partition %d stayed full for %v; group %q holds the oldest record: %w",
+				err = fmt.Errorf("topic %q partition %d stayed full for %v; group %q holds the oldest record: %w",
 					t.name, p, t.spec.Retention.BlockTimeout, slowest, engine.ErrBackpressure)
+			} else {
+				err = fmt.Errorf("topic %q partition %d stayed full for %v: %w",
+					t.name, p, t.spec.Retention.BlockTimeout, engine.ErrBackpressure)
 			}
-			return 0, fmt.Errorf("topic %q partition %d stayed full for %v: %w",
-				t.name, p, t.spec.Retention.BlockTimeout, engine.ErrBackpressure)
+			if obs := t.e.obs; obs != nil {
+				obs.Observe(&engine.Event{Kind: engine.EventBackpressureTimeout, Topic: t.name, Partition: p,
+					Delay: t.spec.Retention.BlockTimeout - left, Err: err})
+			}
+			return 0, err
 		}
 		timer := time.NewTimer(min(wait, left))
 		select {
@@ -285,6 +329,9 @@ func (t *topic) reclaim(ctx context.Context, p int) (int64, string, error) {
 		}
 		n := int64(info.State.Msgs - keep)
 		t.counts[p].dropped.Add(n)
+		if obs := t.e.obs; obs != nil {
+			obs.Observe(&engine.Event{Kind: engine.EventDrop, Topic: t.name, Partition: p, Count: n})
+		}
 		return n, "", nil
 	}
 	if floor < first {
@@ -357,6 +404,9 @@ func (t *topic) AppendBatch(ctx context.Context, partitions []int, recs []*engin
 		}
 		for i := 1; i < stored; i++ {
 			offsets[start+i] = int64(first+uint64(i)) - 1
+		}
+		if stored > 1 {
+			t.sawStored(p, first+uint64(stored)-1)
 		}
 		if firstErr != nil && stored < sent && !isFull(firstErr) && !isWrongSequence(firstErr) {
 			return start + stored, t.publishErr(ctx, p, firstErr)

@@ -49,6 +49,13 @@ type slot struct {
 	pending      record
 	pendingEpoch uint64
 
+	// What the snapshot tells of the partition's delivery: a handler runs
+	// (inFlight), or the last attempt failed and the server will deliver
+	// the record again after its backoff (retrying); attempt is that
+	// delivery's. Local: a delivery in another broker is not seen.
+	inFlight, retrying bool
+	attempt            int
+
 	worker *worker // guarded by the group's mu
 
 	// puller is the partition's pull subscription, made by its first
@@ -195,7 +202,14 @@ func (w *worker) run() {
 		close(w.done)
 		w.g.exited(w)
 	}()
+	if w.m.bh != nil {
+		w.runBatches()
+		return
+	}
 	s := w.s
+	// One record in flight: a batch consumer that served the partition
+	// before may have raised MaxAckPending (batch.go).
+	_ = w.g.setMaxAckPending(s.p, 1)
 	for {
 		var msg record
 		var err error
@@ -459,11 +473,18 @@ func (w *worker) deliver(msg record, revoked <-chan struct{}) (gaveBack bool) {
 	d := &engine.Delivery{Topic: g.t.name, Partition: w.s.p, ID: id, Record: rec,
 		Attempt: int(md.NumDelivered), Revoked: revoked}
 	w.s.mu.Lock()
+	var skippedFrom uint64
 	if w.s.next != 0 && seq > w.s.next {
+		skippedFrom = w.s.next
 		g.skipped.Add(int64(seq - w.s.next))
 	}
 	w.s.next = seq
+	w.s.inFlight, w.s.retrying, w.s.attempt = true, false, d.Attempt
 	w.s.mu.Unlock()
+	if obs := g.e.obs; obs != nil && skippedFrom != 0 {
+		obs.Observe(&engine.Event{Kind: engine.EventSkip, Topic: g.t.name, Group: g.name,
+			Partition: w.s.p, Offset: int64(skippedFrom) - 1, To: int64(seq) - 1})
+	}
 
 	stopKeep := w.keepAlive(msg)
 	var herr error
@@ -473,6 +494,11 @@ func (w *worker) deliver(msg record, revoked <-chan struct{}) (gaveBack bool) {
 		herr = w.call(d)
 	}
 	stopKeep()
+	w.s.mu.Lock()
+	w.s.inFlight = false
+	w.s.retrying = herr != nil && !errors.Is(herr, engine.ErrNotDelivered) && !errors.Is(herr, engine.ErrAbandoned) &&
+		!errors.Is(herr, engine.ErrPermanent) && d.Attempt < g.spec.Retry.MaxAttempts
+	w.s.mu.Unlock()
 	if g.e.handlerCtx.Err() != nil {
 		return false // Close gave up on this delivery: nothing is committed
 	}
@@ -523,13 +549,17 @@ func (w *worker) call(d *engine.Delivery) (err error) {
 // settle tells the server the outcome: an ack, a retry after the
 // policy's backoff (NakWithDelay: the consumer's own BackOff does not
 // apply to naks), a give-back, or a dead letter then a Term.
-func (w *worker) settle(msg record, d *engine.Delivery, herr error) {
+//
+// It reports whether the record will come again (a retry, or a dead letter
+// that could not be stored).
+func (w *worker) settle(msg record, d *engine.Delivery, herr error) (again bool) {
 	g := w.g
 	ctx, cancel := g.e.ctx()
 	defer cancel()
 	switch {
 	case errors.Is(herr, engine.ErrAbandoned): // received, then given back: it counts as an attempt
 		_ = msg.Nak()
+		return true
 	case herr == nil:
 		// Counted even when the ack fails: the handler succeeded, and an
 		// ack the server refused (its record gone by retention) or whose
@@ -542,16 +572,23 @@ func (w *worker) settle(msg record, d *engine.Delivery, herr error) {
 		_ = msg.DoubleAck(ctx)
 		g.e.committed()
 	case errors.Is(herr, engine.ErrPermanent) || d.Attempt >= g.spec.Retry.MaxAttempts:
-		if err := g.deadLetter(ctx, msg, d, herr); err != nil {
+		if err := g.deadLetter(ctx, msg, d, herr, w.m.name); err != nil {
 			_ = msg.NakWithDelay(g.spec.Retry.Delay(d.Attempt))
-			return
+			return true
 		}
 		w.s.settled(d)
 		g.e.committed()
 	default:
 		g.retried.Add(1)
-		_ = msg.NakWithDelay(g.spec.Retry.Delay(d.Attempt))
+		delay := g.spec.Retry.Delay(d.Attempt)
+		_ = msg.NakWithDelay(delay)
+		if obs := g.e.obs; obs != nil {
+			obs.Observe(&engine.Event{Kind: engine.EventRetry, Topic: g.t.name, Group: g.name, Consumer: w.m.name,
+				Partition: d.Partition, Offset: d.Record.Offset, ID: d.ID, Record: d.Record, Attempt: d.Attempt, Delay: delay, Err: herr})
+		}
+		return true
 	}
+	return false
 }
 
 // The headers of a dead letter, besides the record's own (hdrKey,
@@ -571,7 +608,7 @@ const (
 // terminates its delivery so the partition moves on. The letter's message
 // ID is the record's stream sequence and the delivery's consumer
 // sequence, so a retried publish of the same letter is stored once.
-func (g *group) deadLetter(ctx context.Context, msg record, d *engine.Delivery, herr error) error {
+func (g *group) deadLetter(ctx context.Context, msg record, d *engine.Delivery, herr error, consumer string) error {
 	md, _ := msg.Metadata()
 	dl := nats.NewMsg(g.e.names.dlqSubject(g.t.name, g.name))
 	dl.Data = msg.Data()
@@ -590,12 +627,14 @@ func (g *group) deadLetter(ctx context.Context, msg record, d *engine.Delivery, 
 	dl.Header.Set(hdrErrorKind, errorKind(herr))
 	dl.Header.Set(hdrFailedAt, now.Format(time.RFC3339Nano))
 	letterID := d.ID + "-" + strconv.FormatUint(md.Sequence.Consumer, 10)
+	evicted := false
 	g.mu.Lock()
 	if _, ok := g.letters[letterID]; !ok {
 		g.lettersQ = append(g.lettersQ, letterID)
 		if len(g.lettersQ) > g.spec.DeadLetterLimit { // the stream evicted that one too
 			delete(g.letters, g.lettersQ[0])
 			g.lettersQ = g.lettersQ[1:]
+			evicted = true
 		}
 	}
 	g.letters[letterID] = herr
@@ -604,6 +643,18 @@ func (g *group) deadLetter(ctx context.Context, msg record, d *engine.Delivery, 
 		return err
 	}
 	g.deadLettered.Add(1) // before the Term, which Drain may see at once
+	if obs := g.e.obs; obs != nil {
+		// Before the Term too, so that whoever sees the commit (Drain) has
+		// seen the event.
+		letter := engine.DeadLetter{Record: d.Record, ID: d.ID, Topic: g.t.name, Partition: d.Partition, Group: g.name,
+			Attempts: d.Attempt, Err: herr, FailedAt: now}
+		ev := &engine.Event{Kind: engine.EventDeadLetter, Topic: g.t.name, Group: g.name, Consumer: consumer,
+			Partition: d.Partition, Offset: d.Record.Offset, Attempt: d.Attempt, ID: d.ID, Letter: &letter, Err: herr}
+		if evicted {
+			ev.Count = 1
+		}
+		obs.Observe(ev)
+	}
 	if err := msg.TermWithReason("logbus: dead-lettered"); err != nil {
 		return err
 	}
