@@ -104,3 +104,33 @@ func TestBatchErrorOutsideTheBatchFailsTheFirstMessage(t *testing.T) {
 		wantErrIs(t, "the dead letter's error", dl[0].Err, pubsub.ErrInvalid, errBoom)
 	})
 }
+
+// An undecodable record at the head of a batch is dead-lettered without a
+// call: the handler never gets an empty batch.
+func TestUndecodableHeadOfABatchCallsNoHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		topic := mustTopic(t, b, "orders", codec.String(), pickyStrings())
+		var sizes []int
+		g, err := topic.SubscribeBatch("g", "c", pubsub.BatchHandlerFunc[string](func(_ context.Context, msgs []pubsub.Message[string]) error {
+			sizes = append(sizes, len(msgs))
+			return nil
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Pause(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{"poison", "ok"} {
+			mustPublish(t, topic, "k", v)
+		}
+		if err := g.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, b)
+		if !slices.Equal(sizes, []int{1}) || len(g.DeadLetters()) != 1 {
+			t.Errorf("batch sizes %v and %d dead letters; want one batch of 1 (ok) and poison dead-lettered", sizes, len(g.DeadLetters()))
+		}
+	})
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 type (
@@ -67,4 +69,31 @@ func TestEngineObserverOnlyWhenSomethingListens(t *testing.T) {
 	if _, err := newObserver([]Hook{struct{}{}}, nil, 0); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a value that hooks nothing: %v, want ErrInvalid", err)
 	}
+}
+
+// A rate-limited warning is let through once per warnEvery per key, and
+// then says how many it held back.
+func TestLimiterLetsOneThroughPerInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var l limiter
+		type step struct {
+			wait time.Duration
+			key  string
+			ok   bool
+			left int64
+		}
+		for i, s := range []step{
+			{0, "a", true, 0},
+			{0, "a", false, 0},
+			{0, "b", true, 0}, // another key has its own interval
+			{warnEvery / 2, "a", false, 0},
+			{warnEvery / 2, "a", true, 2}, // exactly warnEvery after the last let through
+			{warnEvery - 1, "a", false, 0},
+		} {
+			time.Sleep(s.wait)
+			if ok, left := l.allow("dead letter", "orders", s.key, 0); ok != s.ok || left != s.left {
+				t.Errorf("step %d: allow = %v, %d; want %v, %d", i, ok, left, s.ok, s.left)
+			}
+		}
+	})
 }
