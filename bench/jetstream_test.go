@@ -262,10 +262,11 @@ func runJS(b *testing.B, w jsWork, impl jsImpl) {
 	// Paced at half the rate just measured, sleeping until each record is
 	// due: spinning would take a core from the consumer.
 	interval := time.Duration(float64(time.Second) / (rate / 2))
-	paceStart := time.Now()
+	pace := time.NewTicker(max(interval, time.Microsecond))
+	defer pace.Stop()
 	for i := range lat {
-		if d := time.Until(paceStart.Add(time.Duration(i) * interval)); d > 0 {
-			time.Sleep(d)
+		if i > 0 {
+			<-pace.C
 		}
 		key, payload := jsRecord(uint64(b.N+i), true)
 		if err := publish(key, payload); err != nil {
@@ -382,7 +383,7 @@ func logbusJS(batch int) jsImpl {
 			}
 			env.close()
 		})
-		open := func() *pubsub.Topic[string, []byte] {
+		open := func(opts ...pubsub.BrokerOption) *pubsub.Topic[string, []byte] {
 			nc, err := env.connect()
 			if err != nil {
 				b.Fatal(err)
@@ -391,7 +392,7 @@ func logbusJS(batch int) jsImpl {
 			if err != nil {
 				b.Fatal(err)
 			}
-			br := pubsub.NewBroker(pubsub.WithEngine(eng))
+			br := pubsub.NewBroker(append(opts, pubsub.WithEngine(eng))...)
 			if err := br.Err(); err != nil {
 				b.Fatal(err)
 			}
@@ -403,7 +404,8 @@ func logbusJS(batch int) jsImpl {
 			}
 			return t
 		}
-		pub, sub := open(), open()
+		owned := &ownsAll{member: "m1", partitions: w.partitions, done: make(chan struct{})}
+		pub, sub := open(), open(pubsub.WithHooks(owned))
 		g, err := sub.Subscribe("g", "m1", pubsub.HandlerFunc[[]byte](func(_ context.Context, msg pubsub.Message[[]byte]) error {
 			return sink.handle(msg.Value, msg.Attempt)
 		}), pubsub.WithGroupRetry(pubsub.RetryPolicy{MaxAttempts: 3, BaseDelay: jsFaultDelay, Multiplier: 1, MaxDelay: jsFaultDelay}))
@@ -411,13 +413,12 @@ func logbusJS(batch int) jsImpl {
 			b.Fatal(err)
 		}
 		// The group's member must own every partition before the clock
-		// starts: membership is the engine's, decided in a heartbeat.
-		deadline := time.Now().Add(30 * time.Second)
-		for len(g.Assignment()["m1"]) != w.partitions {
-			if time.Now().After(deadline) {
-				b.Fatalf("the consumer owns %v after 30s", g.Assignment())
-			}
-			time.Sleep(10 * time.Millisecond)
+		// starts: membership is the engine's, decided in a heartbeat, and
+		// reported by its rebalance event.
+		select {
+		case <-owned.done:
+		case <-time.After(30 * time.Second):
+			b.Fatalf("the consumer owns %v after 30s", g.Assignment())
 		}
 
 		ctx := context.Background()
@@ -620,4 +621,19 @@ func rawJSRun(b *testing.B, w jsWork, sink *jsSink, mode rawMode) jsClient {
 	}
 	return jsClient{publish: publish, flush: flush,
 		pause: func() error { return pauseAll(false) }, resume: func() error { return pauseAll(true) }}
+}
+
+// ownsAll is a rebalance hook that closes done once member owns every
+// partition of the group.
+type ownsAll struct {
+	member     string
+	partitions int
+	once       sync.Once
+	done       chan struct{}
+}
+
+func (o *ownsAll) OnRebalance(e pubsub.RebalanceEvent) {
+	if len(e.After[o.member]) == o.partitions {
+		o.once.Do(func() { close(o.done) })
+	}
 }
