@@ -29,7 +29,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/logbus/logbus/internal/engine"
@@ -432,7 +431,7 @@ func (w *worker) deliverBatch(hs []held, revoked <-chan struct{}) (settled int, 
 	for i, h := range hs {
 		msgs[i] = h.msg
 	}
-	stopKeep := w.keepAliveAll(msgs)
+	stopKeep := w.keepAlive(msgs...)
 	done, failed := outcomeOf(w.callBatch(b), len(hs))
 	stopKeep()
 	w.noteEnd(failed != nil && !errors.Is(failed, engine.ErrPermanent) && attempt < g.spec.Retry.MaxAttempts)
@@ -519,30 +518,4 @@ func (w *worker) callBatch(b *engine.Batch) (err error) {
 		}
 	}()
 	return w.m.bh(w.g.e.handlerCtx, b)
-}
-
-// keepAliveAll is keepAlive for the records of a batch.
-func (w *worker) keepAliveAll(msgs []record) (stop func()) {
-	every := w.g.e.cfg.ackWait / 3
-	var mu sync.Mutex
-	stopped := false
-	mu.Lock()
-	defer mu.Unlock()
-	var t *time.Timer
-	t = time.AfterFunc(every, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			for _, m := range msgs {
-				_ = m.InProgress()
-			}
-			t.Reset(every)
-		}
-	})
-	return func() {
-		mu.Lock()
-		stopped = true
-		mu.Unlock()
-		t.Stop()
-	}
 }

@@ -509,11 +509,11 @@ func (w *worker) deliver(msg record, revoked <-chan struct{}) (gaveBack bool) {
 	return false
 }
 
-// keepAlive tells the server every AckWait/3 that msg is still being
-// handled, until the returned func is called; that waits for a tick in
-// progress, so no in-progress ack follows the outcome. A timer, not a
-// goroutine per delivery.
-func (w *worker) keepAlive(msg record) (stop func()) {
+// keepAlive tells the server every AckWait/3 that msgs (one delivery's
+// record, or a batch's) are still being handled, until the returned func
+// is called; that waits for a tick in progress, so no in-progress ack
+// follows the outcome. A timer, not a goroutine per delivery.
+func (w *worker) keepAlive(msgs ...record) (stop func()) {
 	every := w.g.e.cfg.ackWait / 3
 	var mu sync.Mutex
 	stopped := false
@@ -524,7 +524,9 @@ func (w *worker) keepAlive(msg record) (stop func()) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !stopped {
-			_ = msg.InProgress()
+			for _, m := range msgs {
+				_ = m.InProgress()
+			}
 			t.Reset(every)
 		}
 	})
