@@ -45,7 +45,7 @@ func (s DeliveryState) String() string {
 // partition, each partition owned by one member and served by at most one
 // worker goroutine at a time.
 //
-// Control calls (Join, Leave, Pause, Resume, Seek, Replay, shutdown) change
+// Control calls (join, Leave, Pause, Resume, Seek, Replay, shutdown) change
 // what the group wants under mu and tell the workers concerned to stop
 // after their current delivery; none of them holds a lock while it waits.
 // A worker that stops starts its successor itself when the group wants one
@@ -196,19 +196,6 @@ func newGroup(b *Broker, t *Topic, name string, cfg GroupSpec) (*Group, error) {
 // Name returns the group's name.
 func (g *Group) Name() string { return g.name }
 
-// Topic returns the name of the group's topic.
-func (g *Group) Topic() string { return g.topic.name }
-
-// Join adds a member and rebalances. It does not wait: a partition that
-// moves to the new member finishes its current delivery first. cfg must
-// equal the group's own configuration (ErrSubscription otherwise). After
-// the broker began closing it fails with ErrClosed.
-func (g *Group) Join(name string, h Handler, onLeave func(), cfg GroupSpec) error {
-	e, err := g.join(name, handlers{one: h}, onLeave, cfg)
-	g.observe(e)
-	return err
-}
-
 // handlers is what a member does with its records: one of one and batch
 // is set; spec, resolved, goes with batch.
 type handlers struct {
@@ -217,9 +204,13 @@ type handlers struct {
 	spec  BatchSpec
 }
 
-// join is Join without raising the rebalance event, which it returns (nil
-// when there is none), for a caller that holds a lock to raise it after
-// releasing it (Broker.Subscribe holds the broker's).
+// join adds a member and rebalances. It does not wait: a partition that
+// moves to the new member finishes its current delivery first. cfg must
+// equal the group's own configuration (ErrSubscription otherwise); after
+// the broker began closing it fails with ErrClosed. It returns the
+// rebalance event (nil when there is none) rather than raising it, for a
+// caller that holds a lock to raise it after releasing it
+// (Broker.Subscribe holds the broker's).
 func (g *Group) join(name string, h handlers, onLeave func(), cfg GroupSpec) (*Event, error) {
 	switch {
 	case name == "":

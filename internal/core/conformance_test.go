@@ -1,0 +1,19 @@
+package core_test
+
+import (
+	"testing"
+
+	"github.com/logbus/logbus/pubsub/pubsubtest"
+)
+
+// The in-memory engine keeps every promise of the conformance suite. It runs
+// here too, beside the engine, so that this package's tests (and a mutation
+// run of this package) see what the suite checks through the public API:
+// batches, redrive, snapshots, stuck handlers.
+func TestConformance(t *testing.T) {
+	pubsubtest.RunConformance(t, pubsubtest.Engine{
+		Name:         "memory",
+		NewBroker:    pubsubtest.NewBroker,
+		Capabilities: pubsubtest.AllCapabilities(),
+	})
+}
