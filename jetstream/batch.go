@@ -117,6 +117,13 @@ func (w *worker) runBatches() {
 			return
 		}
 		// s.mu is held.
+		if len(buf) == 0 && retry == 0 && (s.wantsRedrive() || s.pending != nil) {
+			// Redriven dead letters go before the records not read yet, as
+			// batches of one.
+			s.mu.Unlock()
+			w.redriveStep()
+			continue
+		}
 		if n := deliverable(buf, retry, w.m.batch.MaxSize); n > 0 {
 			s.phase = busy
 			s.signal()
@@ -203,7 +210,7 @@ func (w *worker) batchGate(buf *[]held, epoch, retry *uint64) bool {
 		if s.epoch != *epoch { // the consumer was reset: what was fetched before is moot
 			*buf, *retry, *epoch = nil, 0, s.epoch
 		}
-		if msg := s.pending; msg != nil {
+		if msg := s.pending; msg != nil && !isRedriven(msg) { // a redriven one is redriveStep's
 			if md, err := msg.Metadata(); err == nil && s.pendingEpoch == s.epoch {
 				*buf = insertHeld(*buf, held{msg: msg, seq: md.Sequence.Stream, md: md})
 			}

@@ -19,6 +19,6 @@ func TestConformance(t *testing.T) {
 	pubsubtest.RunConformance(t, pubsubtest.Engine{
 		Name:         "jetstream",
 		NewBroker:    newBroker,
-		Capabilities: []pubsubtest.Capability{pubsubtest.DropOldest, pubsubtest.GiveBack, pubsubtest.ReclaimOnCommit, pubsubtest.Observed, pubsubtest.Snapshots, pubsubtest.Batches},
+		Capabilities: []pubsubtest.Capability{pubsubtest.DropOldest, pubsubtest.GiveBack, pubsubtest.ReclaimOnCommit, pubsubtest.Observed, pubsubtest.Snapshots, pubsubtest.Batches, pubsubtest.Redrive},
 	})
 }

@@ -12,8 +12,9 @@ import (
 	"github.com/logbus/logbus/internal/engine"
 )
 
-// Pause pauses the group's consumers on the server, so no broker gets
-// records until Resume, and waits for this broker's deliveries in flight.
+// Pause pauses the group's consumers on the server (its redrive consumers
+// too), so no broker gets records until Resume, and waits for this
+// broker's deliveries in flight.
 // When ctx ends first, the group is paused all the same.
 func (g *group) Pause(ctx context.Context) error {
 	g.mu.Lock()
@@ -34,6 +35,12 @@ func (g *group) Pause(ctx context.Context) error {
 		if _, err := s.PauseConsumer(ctx, g.e.names.consumer(g.name, p), until); err != nil {
 			g.cfgMu.Unlock()
 			return g.e.ctxErr(ctx, fmt.Errorf("partition %d: %w", p, err))
+		}
+		// The redrive consumer too, so that no broker delivers a redriven
+		// letter while the group is paused.
+		if _, err := g.rdq.PauseConsumer(ctx, g.e.names.redriveConsumer(p), until); err != nil {
+			g.cfgMu.Unlock()
+			return g.e.ctxErr(ctx, fmt.Errorf("partition %d: redrive: %w", p, err))
 		}
 	}
 	g.cfgMu.Unlock()
@@ -86,6 +93,10 @@ func (g *group) Resume(ctx context.Context) error {
 		if _, err := s.ResumeConsumer(ctx, g.e.names.consumer(g.name, p)); err != nil {
 			g.cfgMu.Unlock()
 			return g.e.ctxErr(ctx, fmt.Errorf("partition %d: %w", p, err))
+		}
+		if _, err := g.rdq.ResumeConsumer(ctx, g.e.names.redriveConsumer(p)); err != nil {
+			g.cfgMu.Unlock()
+			return g.e.ctxErr(ctx, fmt.Errorf("partition %d: redrive: %w", p, err))
 		}
 	}
 	g.cfgMu.Unlock()

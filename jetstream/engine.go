@@ -227,7 +227,8 @@ func cmpStr(a, b string) int {
 }
 
 // Drain waits until every group this broker created or joined has
-// committed, in every partition, every record published before the call.
+// committed, in every partition, every record published before the call,
+// and delivered (or dead-lettered again) every redriven dead letter.
 // Groups only other brokers use are not waited for. Local commits wake it;
 // progress made by other processes is seen by polling the server every
 // 20ms.
@@ -252,6 +253,7 @@ func (e *eng) drain(ctx context.Context, skipStalled bool) error {
 			}
 			targets = append(targets, target{g, p, info.State.LastSeq})
 		}
+		targets = append(targets, target{g: g, p: -1}) // its redriven dead letters, until none is left
 	}
 	stalled := map[*group]bool{}
 	for {
@@ -261,11 +263,20 @@ func (e *eng) drain(ctx context.Context, skipStalled bool) error {
 			if stalled[tg.g] {
 				continue
 			}
-			info, err := tg.g.consumers[tg.p].Info(ctx)
+			if tg.p < 0 {
+				rinfo, err := tg.g.rdq.Info(ctx)
+				if err != nil {
+					return e.ctxErr(ctx, fmt.Errorf("drain: group %q redrive stream: %w", tg.g.name, err))
+				}
+				if rinfo.State.Msgs == 0 {
+					continue
+				}
+			}
+			info, err := tg.g.consumers[max(tg.p, 0)].Info(ctx)
 			if err != nil {
 				return e.ctxErr(ctx, fmt.Errorf("drain: group %q partition %d: %w", tg.g.name, tg.p, err))
 			}
-			if settledTo(info, tg.end) {
+			if tg.p >= 0 && settledTo(info, tg.end) {
 				continue
 			}
 			if why := tg.g.stalled(ctx, info); why != "" {
@@ -295,6 +306,10 @@ func (e *eng) drain(ctx context.Context, skipStalled bool) error {
 			t.Stop()
 			var names []string
 			for _, tg := range left {
+				if tg.p < 0 {
+					names = append(names, fmt.Sprintf("group %q redriven dead letters", tg.g.name))
+					continue
+				}
 				names = append(names, fmt.Sprintf("group %q partition %d", tg.g.name, tg.p))
 			}
 			return fmt.Errorf("drain left %v: %w", slices.Compact(names), ctx.Err())

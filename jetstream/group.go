@@ -29,6 +29,8 @@ type group struct {
 	spec      engine.GroupSpec // as created, resolved
 	consumers []natsjs.Consumer
 	dlq       natsjs.Stream
+	rdq       natsjs.Stream     // redriven dead letters, waiting to be delivered again (redrive.go)
+	rconsumer []natsjs.Consumer // rdq's consumer per partition
 	slots     []*slot
 
 	// recMu serialises reconcile, which Subscribe, Leave, the loop and
@@ -53,7 +55,7 @@ type group struct {
 
 	wake chan struct{} // buffered 1: the loop reconciles soon
 
-	delivered, retried, deadLettered, skipped atomic.Int64
+	delivered, retried, deadLettered, skipped, redriven atomic.Int64
 
 	snap atomic.Pointer[groupSnap] // what the reads return once the broker stopped
 }
@@ -209,6 +211,9 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 	})
 	if err != nil {
 		return nil, e.ctxErr(ctx, fmt.Errorf("group %q: dead-letter stream: %w", name, err))
+	}
+	if err := g.openRedrive(ctx); err != nil {
+		return nil, e.ctxErr(ctx, fmt.Errorf("group %q: redrive stream: %w", name, err))
 	}
 	if created && spec != nil && spec.Start.Kind != engine.StartEarliest {
 		// The consumers deliver from the first record; move them to the

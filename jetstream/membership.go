@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/internal/engine"
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -74,6 +75,12 @@ func (g *group) loop(stop, done chan struct{}) {
 		defer w.Stop()
 		deals = w.Updates()
 	}
+	// A Redrive in any broker announces itself (redrive.go): the local
+	// workers then look at their redrive consumers before their next pull.
+	wakes := make(chan *nats.Msg, 16)
+	if sub, err := g.e.js.Conn().ChanSubscribe(g.e.names.redriveWake(g.t.name, g.name), wakes); err == nil {
+		defer func() { _ = sub.Unsubscribe() }()
+	}
 	beatEvery := g.e.cfg.memberTTL / 3
 	tick := time.NewTicker(beatEvery)
 	defer tick.Stop()
@@ -82,6 +89,11 @@ func (g *group) loop(stop, done chan struct{}) {
 		case <-stop:
 			return
 		case <-g.wake:
+		case <-wakes:
+			for _, s := range g.slots {
+				s.wantRedrive()
+			}
+			continue
 		case e, ok := <-members:
 			if !ok {
 				members = nil
@@ -100,6 +112,7 @@ func (g *group) loop(stop, done chan struct{}) {
 			// move within MemberTTL and a third.
 			g.heartbeat()
 			g.followResume()
+			g.pollRedrive()
 		}
 		g.reconcile()
 	}
@@ -260,6 +273,12 @@ func (g *group) exited(w *worker) {
 	if !keep && !w.crashed() {
 		ctx, cancel := g.e.ctx()
 		_ = g.t.streams[w.s.p].UnpinConsumer(ctx, g.e.names.consumer(g.name, w.s.p), priorityGroup)
+		w.s.mu.Lock()
+		rp := w.s.rpuller
+		w.s.mu.Unlock()
+		if rp != nil { // this broker pulled redriven letters here: let the next owner's pulls in
+			_ = g.rdq.UnpinConsumer(ctx, g.e.names.redriveConsumer(w.s.p), priorityGroup)
+		}
 		cancel()
 	}
 	select {
@@ -405,10 +424,13 @@ func (g *group) leaveAll(ctx context.Context) {
 func (g *group) closePullers() {
 	for _, s := range g.slots {
 		s.mu.Lock()
-		p := s.puller
+		p, rp := s.puller, s.rpuller
 		s.mu.Unlock()
 		if p != nil {
 			p.close()
+		}
+		if rp != nil {
+			rp.close()
 		}
 	}
 }

@@ -24,10 +24,16 @@ import (
 //	stream of partition i     P_T_<t>_P<i>          subject P.<t>.<i>
 //	durable consumer          <g>_P<i>              on that stream
 //	dead-letter stream        P_D_<t>_G_<g>         subject P.dlq.<t>.<g>
+//	redrive stream            P_R_<t>_G_<g>         subject P.rdr.<t>.<g>.<i>
+//	  its consumer            P<i>                  on that stream
+//	redrive wake-up (core)    -                     subject P.rdw.<t>.<g>
 //	membership bucket (KV)    P_members             key <t>.<g>.<consumer>
 //
 // A lone '_' in an encoded name is always followed by two hex digits, so
-// the fixed markers (_T_, _P, _D_, _G_) cannot be forged by a name.
+// the fixed markers (_T_, _P, _D_, _R_, _G_) cannot be forged by a name.
+// Subjects differ in their token count or second token (a topic's has
+// three tokens; dlq, rdr and rdw subjects four or five), so no stream
+// captures another's.
 
 // maxNameLen bounds every server name we derive: NATS accepts names up to
 // 255 bytes, and a file-store stream is a directory, so leave room.
@@ -73,6 +79,27 @@ func (n names) dlqSubject(topic, group string) string {
 	return n.prefix + ".dlq." + encodeName(topic) + "." + encodeName(group)
 }
 
+func (n names) redriveStream(topic, group string) string {
+	return n.prefix + "_R_" + encodeName(topic) + "_G_" + encodeName(group)
+}
+
+func (n names) redriveSubject(topic, group string, p int) string {
+	return n.prefix + ".rdr." + encodeName(topic) + "." + encodeName(group) + "." + strconv.Itoa(p)
+}
+
+// redriveSubjects matches every partition's redrive subject of a group.
+func (n names) redriveSubjects(topic, group string) string {
+	return n.prefix + ".rdr." + encodeName(topic) + "." + encodeName(group) + ".*"
+}
+
+func (n names) redriveConsumer(p int) string { return "P" + strconv.Itoa(p) }
+
+// redriveWake is the core NATS subject a Redrive announces itself on, so
+// that the partitions' owners in other brokers look at once.
+func (n names) redriveWake(topic, group string) string {
+	return n.prefix + ".rdw." + encodeName(topic) + "." + encodeName(group)
+}
+
 func (n names) bucket() string { return n.prefix + "_members" }
 
 func (n names) memberKey(topic, group, consumer string) string {
@@ -96,7 +123,8 @@ func (n names) checkTopic(topic string, partitions int) error {
 // long.
 func (n names) checkGroup(topic, group, consumer string, partitions int) error {
 	switch {
-	case len(n.consumer(group, partitions-1)) > maxNameLen, len(n.dlqStream(topic, group)) > maxNameLen:
+	case len(n.consumer(group, partitions-1)) > maxNameLen, len(n.dlqStream(topic, group)) > maxNameLen,
+		len(n.redriveStream(topic, group)) > maxNameLen:
 		return fmt.Errorf("%w: group %q: its server names would be over the %d bytes NATS allows here",
 			engine.ErrInvalid, group, maxNameLen)
 	case len(n.memberKey(topic, group, consumer)) > 4*maxNameLen:

@@ -79,7 +79,8 @@ func (g *group) Lag() int64 {
 // Stats counts what this broker's workers did; DeadLettersEvicted is the
 // server's count for the group.
 func (g *group) Stats() engine.GroupStats {
-	st := engine.GroupStats{Delivered: g.delivered.Load(), Retried: g.retried.Load(), DeadLettered: g.deadLettered.Load(), Skipped: g.skipped.Load()}
+	st := engine.GroupStats{Delivered: g.delivered.Load(), Retried: g.retried.Load(), DeadLettered: g.deadLettered.Load(), Skipped: g.skipped.Load(),
+		Redriven: g.redriven.Load()}
 	if s := g.snap.Load(); s != nil {
 		st.DeadLettersEvicted = s.evicted
 		return st

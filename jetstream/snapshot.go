@@ -94,6 +94,9 @@ func (g *group) snapshot(parts []engine.PartitionStats) engine.GroupSnapshot {
 	if info, err := g.dlq.Info(ctx); err == nil {
 		gs.DeadLetters = int(info.State.Msgs)
 	}
+	for p, n := range g.redriving(ctx) {
+		gs.Partitions[p].Redriving = n
+	}
 	paused := false
 	for p, c := range g.consumers {
 		ps := &gs.Partitions[p]

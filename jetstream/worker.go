@@ -56,12 +56,25 @@ type slot struct {
 	inFlight, retrying bool
 	attempt            int
 
+	// Redrive (redrive.go): redriveGen counts the reasons to look at the
+	// partition's redrive consumer (a Redrive, a wake-up, a new worker);
+	// redriveSeen is the count when a worker last found it empty.
+	redriveGen, redriveSeen uint64
+
+	// For stuck detection (stuck.go): starts counts the deliveries begun,
+	// and offset and consumer say whose record the one in flight is.
+	starts   uint64
+	offset   int64
+	consumer string
+
 	worker *worker // guarded by the group's mu
 
 	// puller is the partition's pull subscription, made by its first
 	// worker (guarded by mu) and used by one worker at a time; closed by
 	// Close.
 	puller *puller
+	// rpuller is the same for the partition's redrive consumer.
+	rpuller *puller
 }
 
 func newSlot(p int) *slot {
@@ -160,6 +173,7 @@ type worker struct {
 
 func newWorker(g *group, s *slot, m *member) *worker {
 	s.mu.Lock()
+	s.redriveGen++    // a new worker looks for redriven letters first: a previous owner may have left some
 	if s.holds == 0 { // a fresh Revoked for the new owner
 		select {
 		case <-s.revoked:
@@ -251,6 +265,11 @@ func (w *worker) run() {
 			}
 			if s.pending != nil {
 				s.mu.Unlock()
+				continue
+			}
+			if s.wantsRedrive() { // redriven dead letters go before the records not read yet
+				s.mu.Unlock()
+				w.redriveStep()
 				continue
 			}
 			s.phase = fetching
@@ -395,7 +414,7 @@ func (w *worker) await(msg record, epoch uint64) (<-chan struct{}, bool) {
 	s.mu.Lock()
 	for {
 		switch {
-		case s.epoch != epoch:
+		case s.epoch != epoch && !isRedriven(msg): // a reset of the consumer does not concern a redriven letter
 			s.phase = parked
 			s.signal()
 			s.mu.Unlock()
@@ -458,6 +477,9 @@ func (w *worker) await(msg record, epoch uint64) (<-chan struct{}, bool) {
 // received it (ErrNotDelivered), which the caller keeps for the next
 // delivery.
 func (w *worker) deliver(msg record, revoked <-chan struct{}) (gaveBack bool) {
+	if rm, ok := msg.(redrivenMsg); ok {
+		return w.deliverLetter(rm, revoked)
+	}
 	g := w.g
 	md, err := msg.Metadata()
 	if err != nil {
@@ -480,6 +502,7 @@ func (w *worker) deliver(msg record, revoked <-chan struct{}) (gaveBack bool) {
 	}
 	w.s.next = seq
 	w.s.inFlight, w.s.retrying, w.s.attempt = true, false, d.Attempt
+	w.s.starts, w.s.offset, w.s.consumer = w.s.starts+1, d.Record.Offset, w.m.name
 	w.s.mu.Unlock()
 	if obs := g.e.obs; obs != nil && skippedFrom != 0 {
 		obs.Observe(&engine.Event{Kind: engine.EventSkip, Topic: g.t.name, Group: g.name,
@@ -581,16 +604,23 @@ func (w *worker) settle(msg record, d *engine.Delivery, herr error) (again bool)
 		w.s.settled(d)
 		g.e.committed()
 	default:
-		g.retried.Add(1)
-		delay := g.spec.Retry.Delay(d.Attempt)
-		_ = msg.NakWithDelay(delay)
-		if obs := g.e.obs; obs != nil {
-			obs.Observe(&engine.Event{Kind: engine.EventRetry, Topic: g.t.name, Group: g.name, Consumer: w.m.name,
-				Partition: d.Partition, Offset: d.Record.Offset, ID: d.ID, Record: d.Record, Attempt: d.Attempt, Delay: delay, Err: herr})
-		}
+		w.retry(msg, d, herr)
 		return true
 	}
 	return false
+}
+
+// retry sends msg back to be delivered again after the policy's backoff,
+// counted and reported.
+func (w *worker) retry(msg record, d *engine.Delivery, herr error) {
+	g := w.g
+	g.retried.Add(1)
+	delay := g.spec.Retry.Delay(d.Attempt)
+	_ = msg.NakWithDelay(delay)
+	if obs := g.e.obs; obs != nil {
+		obs.Observe(&engine.Event{Kind: engine.EventRetry, Topic: g.t.name, Group: g.name, Consumer: w.m.name,
+			Partition: d.Partition, Offset: d.Record.Offset, ID: d.ID, Record: d.Record, Attempt: d.Attempt, Delay: delay, Err: herr})
+	}
 }
 
 // The headers of a dead letter, besides the record's own (hdrKey,
@@ -612,6 +642,35 @@ const (
 // sequence, so a retried publish of the same letter is stored once.
 func (g *group) deadLetter(ctx context.Context, msg record, d *engine.Delivery, herr error, consumer string) error {
 	md, _ := msg.Metadata()
+	letterID := d.ID + "-" + strconv.FormatUint(md.Sequence.Consumer, 10)
+	if err := g.storeLetter(ctx, msg, d, herr, consumer, letterID); err != nil {
+		return err
+	}
+	if err := msg.TermWithReason("logbus: dead-lettered"); err != nil {
+		return err
+	}
+	// A Term has no confirmation: wait until the ack floor passes the
+	// record, so that Committed and Drain see the dead letter as settled
+	// when the handler's caller does.
+	for {
+		info, err := g.consumers[d.Partition].Info(ctx)
+		if err != nil || info.AckFloor.Stream >= md.Sequence.Stream {
+			return nil
+		}
+		t := time.NewTimer(2 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// storeLetter stores the record of d in the group's dead-letter stream,
+// under message ID letterID (so a retried publish is stored once), counts
+// it and reports it.
+func (g *group) storeLetter(ctx context.Context, msg record, d *engine.Delivery, herr error, consumer, letterID string) error {
 	dl := nats.NewMsg(g.e.names.dlqSubject(g.t.name, g.name))
 	dl.Data = msg.Data()
 	for _, h := range []string{hdrKey, hdrHeaders} {
@@ -628,7 +687,6 @@ func (g *group) deadLetter(ctx context.Context, msg record, d *engine.Delivery, 
 	dl.Header.Set(hdrError, oneLine(herr.Error()))
 	dl.Header.Set(hdrErrorKind, errorKind(herr))
 	dl.Header.Set(hdrFailedAt, now.Format(time.RFC3339Nano))
-	letterID := d.ID + "-" + strconv.FormatUint(md.Sequence.Consumer, 10)
 	evicted := false
 	g.mu.Lock()
 	if _, ok := g.letters[letterID]; !ok {
@@ -657,25 +715,7 @@ func (g *group) deadLetter(ctx context.Context, msg record, d *engine.Delivery, 
 		}
 		obs.Observe(ev)
 	}
-	if err := msg.TermWithReason("logbus: dead-lettered"); err != nil {
-		return err
-	}
-	// A Term has no confirmation: wait until the ack floor passes the
-	// record, so that Committed and Drain see the dead letter as settled
-	// when the handler's caller does.
-	for {
-		info, err := g.consumers[d.Partition].Info(ctx)
-		if err != nil || info.AckFloor.Stream >= md.Sequence.Stream {
-			return nil
-		}
-		t := time.NewTimer(2 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-	}
+	return nil
 }
 
 // Who owns a partition next, for a worker that stops holding a record.
