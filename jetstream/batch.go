@@ -482,6 +482,7 @@ func (w *worker) noteStart(seq uint64, attempt int) {
 	}
 	s.next = seq
 	s.inFlight, s.retrying, s.attempt = true, false, attempt
+	s.starts, s.offset, s.consumer = s.starts+1, int64(seq)-1, w.m.name
 	s.mu.Unlock()
 	if obs := g.e.obs; obs != nil && skippedFrom != 0 {
 		obs.Observe(&engine.Event{Kind: engine.EventSkip, Topic: g.t.name, Group: g.name,

@@ -94,6 +94,10 @@ func (o *opener) Open(ecfg engine.Config) (engine.Engine, error) {
 		}
 		return nil, fmt.Errorf("jetstream: assignment bucket: %w", err)
 	}
+	if ecfg.StuckAfter > 0 {
+		e.stuck = newWatchdog(e, ecfg.StuckAfter)
+		go e.stuck.run() // exits when Close halts it
+	}
 	return e, nil
 }
 
@@ -103,6 +107,7 @@ type eng struct {
 	names    names
 	retry    engine.RetryPolicy
 	obs      engine.Observer // nil when nothing listens; called outside every lock
+	stuck    *watchdog       // nil unless Config.StuckAfter is set (stuck.go)
 	instance string          // this engine's random ID, the value of its membership keys
 	nc       *nats.Conn      // owned; nil when the connection is the caller's
 	js       natsjs.JetStream
@@ -135,7 +140,8 @@ var _ engine.Engine = (*eng)(nil)
 
 // Capabilities: GiveBack, Observed (Config.Observer hears retries, dead
 // letters, rebalances, backpressure, drops and skips, as this process
-// sees them: see the package documentation) and Batches (batch.go). A
+// sees them: see the package documentation), StuckDetection (of this
+// process's deliveries: stuck.go) and Batches (batch.go). A
 // delivery given back before the consumer
 // received it (ErrNotDelivered) is kept by the partition's worker and
 // delivered next with the same Attempt, also to the next local owner; it
@@ -148,7 +154,7 @@ var _ engine.Engine = (*eng)(nil)
 // NewRecord reuses no buffers (no ExactBlock, no ReclaimOnCommit). The
 // nats.go client cannot run in a synctest bubble (no VirtualTime).
 func (e *eng) Capabilities() engine.Capabilities {
-	return engine.GiveBack | engine.Observed | engine.Batches
+	return engine.GiveBack | engine.Observed | engine.StuckDetection | engine.Batches
 }
 
 func (e *eng) State() engine.State {
@@ -391,6 +397,9 @@ func (e *eng) close(ctx context.Context) error {
 	e.cancelHandlers()
 	for _, g := range groups {
 		g.closePullers()
+	}
+	if e.stuck != nil {
+		e.stuck.halt()
 	}
 
 	// What was left: the server's view, bounded by a short tail so Close

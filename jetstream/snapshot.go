@@ -19,8 +19,9 @@ var _ engine.Snapshotter = (*eng)(nil)
 //
 // What it cannot know exactly: a delivery in flight or waiting out a
 // retry, and its attempt, only for this broker's own workers (a partition
-// another broker delivers shows neither); RunningFor is 0 and Redriving
-// 0 (no stuck detection, no redrive); Taken is this process's clock, read
+// another broker delivers shows neither), and so RunningFor (with
+// WithStuckAfter, else 0); Redriving counts the redriven letters still on
+// the server, delivered or not yet; Taken is this process's clock, read
 // after the rest, while Oldest is the server's, so lag in time is off by
 // the skew between the two clocks. Groups only other brokers use, and
 // topics this broker did not create or attach to, are not listed. After
@@ -71,6 +72,7 @@ func (g *group) snapshot(parts []engine.PartitionStats) engine.GroupSnapshot {
 		ps := &gs.Partitions[p]
 		ps.Partition = p
 		s.mu.Lock()
+		starts := s.starts
 		if running[p] {
 			ps.InFlight, ps.Retrying = s.inFlight, s.retrying
 			if ps.InFlight || ps.Retrying {
@@ -78,6 +80,9 @@ func (g *group) snapshot(parts []engine.PartitionStats) engine.GroupSnapshot {
 			}
 		}
 		s.mu.Unlock()
+		if ps.InFlight && g.e.stuck != nil {
+			ps.RunningFor = g.e.stuck.runningFor(s, starts)
+		}
 	}
 
 	if snap := g.snap.Load(); snap != nil { // closed: what Close saw last
