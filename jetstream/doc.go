@@ -34,7 +34,8 @@
 // '_' and two hex digits, so distinct names never meet on the server. With
 // prefix P, topic t and group g, partition i is stream P_T_<t>_P<i> on
 // subject P.<t>.<i>, the group's consumer on it is <g>_P<i>, its dead
-// letters are stream P_D_<t>_G_<g>, and membership is the KV buckets
+// letters are stream P_D_<t>_G_<g> (redriven ones wait in P_R_<t>_G_<g>,
+// read by consumer P<i>), and membership is the KV buckets
 // P_members and P_members_deals. Only a name too long for the server
 // (over 200 bytes encoded) is refused, with ErrInvalid. A topic created again with the
 // same configuration (by another broker, or after a restart) attaches to
@@ -74,6 +75,22 @@
 //	                                        survive failover (NakWithDelay for the backoff)
 //	dead letters, DeadLetters()           a stream per group: they survive restarts; errors
 //	                                        read back match the same sentinels, with the text only
+//	Group.Redrive                         a redrive stream per group (work queue, a subject and a
+//	                                        pinned consumer per partition): a letter leaves the
+//	                                        dead letters once its copy is stored there, and the
+//	                                        partition's owner, in whichever broker, delivers it
+//	                                        before its next pull (an idle worker within a poll
+//	                                        wait), attempts from 1 counted by the server. It
+//	                                        survives restarts and failover (a member that dies
+//	                                        holding one: the next owner delivers it after
+//	                                        AckWait, Attempt+1); Close leaves what is queued on
+//	                                        the server, delivered when the group next runs,
+//	                                        instead of putting it back in DeadLetters. Redriven
+//	                                        counts this broker's Redrive calls
+//	WithStuckAfter                        this process's deliveries only, sampled as in memory
+//	                                        (reported after 1-1.5 thresholds; RunningFor in
+//	                                        Snapshot); a handler running in another broker is
+//	                                        that broker's to report
 //	commit after nil                      DoubleAck; an ack that fails on the client may still
 //	                                        have committed: handlers must be idempotent
 //	Seek, Replay, StartAt (offset, time)  exact, by resetting the consumer (time: the server's)
@@ -98,8 +115,9 @@
 //	                                        this process saw; Expired is not counted
 //	a Stream delivery given back unread   same Attempt within a broker (GiveBack); counts one
 //	                                        when it goes to another broker or at Close
-//	Drain                                 waits for the groups this broker joined, polling the
-//	                                        server every 20ms (local commits wake it at once)
+//	Drain                                 waits for the groups this broker joined (their
+//	                                        redriven letters too), polling the server every
+//	                                        20ms (local commits wake it at once)
 //	Close(ctx)                            as documented; ShutdownError names the partitions of
 //	                                        this broker's groups that no other broker carries
 //	                                        on; reads after Close answer from what Close saw last
@@ -107,8 +125,9 @@
 //	                                        Oldest from the server (Oldest by its clock, Taken
 //	                                        by this process's); owners and consumers from the
 //	                                        deal; InFlight, Retrying and Attempt only for this
-//	                                        broker's own deliveries; RunningFor 0; lists the
-//	                                        groups this broker created, joined or named
+//	                                        broker's own deliveries, and so RunningFor;
+//	                                        Redriving from the server; lists the groups this
+//	                                        broker created, joined or named
 //	membership                            a consumer name is one member across brokers: joining
 //	                                        with a name another broker holds is ErrSubscription,
 //	                                        and so is a name whose broker crashed, until its key
@@ -131,12 +150,11 @@
 // (5ms: about 30 thousand against 26).
 //
 // Of the optional capabilities of the engine boundary it declares
-// GiveBack, Observed and Batches, and it is a Snapshotter: the server
-// stamps records (no injected clock) and names them (no custom IDs); Block
-// polls the server's ack floors (not exact) and reuses no buffers; the
-// nats.go client cannot run in a synctest bubble (no virtual time). Not
-// implemented yet: Group.Redrive and pubsub.WithStuckAfter, which are
-// ErrInvalid.
+// GiveBack, Observed, StuckDetection and Batches, and it is a Snapshotter
+// and a Redriver: the server stamps records (no injected clock) and names
+// them (no custom IDs); Block polls the server's ack floors (not exact)
+// and reuses no buffers; the nats.go client cannot run in a synctest
+// bubble (no virtual time).
 //
 // The engine's events reach the hooks and the logger as this process sees
 // them: retries and dead letters of its own deliveries (a dead letter's
@@ -147,6 +165,7 @@
 // the purge of a full partition no group reads, and by discard-old on a
 // DropOldest partition bounded by count alone (told from the sequence
 // each publish stored: evictions under MaxAge or MaxBytes, and those
-// before the broker attached, are not reported); skips its workers find.
-// Expiries are not reported (the server trims by age unseen).
+// before the broker attached, are not reported); skips its workers find;
+// stuck handlers of its own deliveries. Expiries are not reported (the
+// server trims by age unseen).
 package jetstream

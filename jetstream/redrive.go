@@ -142,6 +142,9 @@ func (g *group) Redrive(ctx context.Context, match func(*engine.DeadLetter) bool
 			return n, e.ctxErr(ctx, fmt.Errorf("redrive: dead letter %d: %w", seq, err))
 		}
 		l := g.letter(m)
+		if l.Partition < 0 || l.Partition >= g.t.parts { // not a letter of this group's: left alone
+			continue
+		}
 		if match != nil && !match(&l) {
 			continue
 		}
