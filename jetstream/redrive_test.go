@@ -396,3 +396,119 @@ func TestRedrivenLetterOfACrashedMember(t *testing.T) {
 		t.Errorf("calls %q, want the failed delivery, then %q: the redriven one cut short, then the new owner's", calls, want)
 	}
 }
+
+// TestRedrivenLetterGoesFirst redrives a dead letter while a handler runs
+// on the partition and more records wait behind it: once the handler
+// returns, the letter is delivered before them.
+func TestRedrivenLetterGoesFirst(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b := newBroker(t)
+	orders, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &poisonLog{}
+	gate, release := make(chan struct{}), make(chan struct{})
+	h := log.handler("b1")
+	g, err := orders.Subscribe("billing", "b1", pubsub.HandlerFunc[string](func(ctx context.Context, m pubsub.Message[string]) error {
+		if m.Value == "gate" {
+			close(gate)
+			<-release
+		}
+		return h(ctx, m)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(vs ...string) {
+		for _, v := range vs {
+			if _, err := orders.Publish(ctx, "k", v); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish("bad")
+	if err := b.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	log.fix()
+	publish("gate")
+	<-gate
+	if n, err := g.Redrive(ctx, nil); n != 1 || err != nil {
+		t.Fatalf("Redrive: %d, %v; want 1, nil", n, err)
+	}
+	publish("after-1", "after-2")
+	close(release)
+	if err := b.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	want := []string{"b1 bad p0@0 attempt 1", "b1 gate p0@1 attempt 1", "b1 bad p0@0 attempt 1",
+		"b1 after-1 p0@2 attempt 1", "b1 after-2 p0@3 attempt 1"}
+	if fmt.Sprint(log.calls) != fmt.Sprint(want) {
+		t.Errorf("calls %q, want %q", log.calls, want)
+	}
+}
+
+// TestRedriveToABatchConsumer redrives a letter of a batch consumer: it
+// comes back alone, as a batch of one, attempt 1, and fails again into the
+// dead letters when it fails again.
+func TestRedriveToABatchConsumer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b := newBroker(t)
+	orders, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var batches []string
+	g, err := orders.SubscribeBatch("billing", "b1", pubsub.BatchHandlerFunc[string](func(_ context.Context, msgs []pubsub.Message[string]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		var vs []string
+		for _, m := range msgs {
+			vs = append(vs, fmt.Sprintf("%s@%d#%d", m.Value, m.Offset, m.Attempt))
+		}
+		batches = append(batches, strings.Join(vs, " "))
+		for i, m := range msgs {
+			if m.Value == "bad" {
+				return &pubsub.BatchError{Index: i, Err: pubsub.ErrPermanent}
+			}
+		}
+		return nil
+	}), pubsub.WithBatchSize(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"ok-1", "bad", "ok-2"} {
+		if _, err := orders.Publish(ctx, "k", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	before := len(batches)
+	mu.Unlock()
+	if n, err := g.Redrive(ctx, nil); n != 1 || err != nil {
+		t.Fatalf("Redrive: %d, %v; want 1, nil", n, err)
+	}
+	if err := b.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := batches[before:]; fmt.Sprint(got) != "[bad@1#1]" {
+		t.Errorf("batches after Redrive %q, want one batch of the letter alone, attempt 1", got)
+	}
+	if dl := g.DeadLetters(); len(dl) != 1 || dl[0].Message.Offset != 1 || dl[0].Attempts != 1 {
+		t.Errorf("dead letters %+v, want the letter again, after its one attempt", dl)
+	}
+	if s := g.Stats(); s.Redriven != 1 || s.DeadLettered != 2 {
+		t.Errorf("stats %+v, want 1 redriven and 2 dead-lettered", s)
+	}
+}
