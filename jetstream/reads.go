@@ -76,8 +76,9 @@ func (g *group) Lag() int64 {
 	return lag
 }
 
-// Stats counts what this broker's workers did; DeadLettersEvicted is the
-// server's count for the group.
+// Stats counts what this broker's workers did, and Redriven what its
+// Redrive calls took; DeadLettersEvicted is the server's count for the
+// group.
 func (g *group) Stats() engine.GroupStats {
 	st := engine.GroupStats{Delivered: g.delivered.Load(), Retried: g.retried.Load(), DeadLettered: g.deadLettered.Load(), Skipped: g.skipped.Load(),
 		Redriven: g.redriven.Load()}
@@ -87,8 +88,15 @@ func (g *group) Stats() engine.GroupStats {
 	}
 	ctx, cancel := g.e.ctx()
 	defer cancel()
-	if info, err := g.dlq.Info(ctx); err == nil && info.State.FirstSeq > 0 {
-		st.DeadLettersEvicted = int64(info.State.FirstSeq) - 1
+	// Every letter the stream ever stored is still there, evicted, or
+	// taken by Redrive, which stored one copy of it in the redrive stream
+	// (a work queue: its last sequence counts every copy ever stored).
+	if info, err := g.dlq.Info(ctx); err == nil {
+		gone := int64(info.State.LastSeq) - int64(info.State.Msgs)
+		if rinfo, err := g.rdq.Info(ctx); err == nil {
+			gone -= int64(rinfo.State.LastSeq)
+		}
+		st.DeadLettersEvicted = max(0, gone)
 	}
 	return st
 }
