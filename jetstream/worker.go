@@ -372,13 +372,12 @@ func (p *pull) collect() (record, error) {
 }
 
 // prefetch opens the next pull before the current record is acked, when
-// nothing holds the partition and no redriven letter waits: the server
-// delivers the next record the moment the ack lands (one in flight: MaxAckPending 1), which saves a
-// round trip per record.
+// nothing holds the partition and no redriven letter waits (it goes
+// first): the server delivers the next record the moment the ack lands
+// (one in flight: MaxAckPending 1), which saves a round trip per record.
 func (w *worker) prefetch() {
 	s := w.s
 	s.mu.Lock()
-	// Not when a redriven letter waits: it goes before the next record.
 	ok := s.holds == 0 && !w.stopping() && s.pending == nil && !s.wantsRedrive()
 	epoch := s.epoch
 	s.mu.Unlock()
