@@ -9,9 +9,8 @@ import (
 // TestConformance runs logbus's conformance suite on this engine, in real
 // time (the nats.go client cannot run in synctest bubbles), with the
 // capabilities it has: DropOldest (the server's discard-old), GiveBack,
-// Observed, Snapshots, Batches, Redrive, StuckDetection (whose suite test
-// needs virtual time too: TestStuckHandlerReportedOnce checks it in real
-// time), and ReclaimOnCommit as the suite defines it (committed records freed one
+// Observed, Snapshots, Batches, Redrive, StuckDetection (checked in real
+// time; its timing check needs virtual time), and ReclaimOnCommit as the suite defines it (committed records freed one
 // at a time when room is needed; the engine-level flag also promises
 // reused buffers, which this engine does not declare). MaxAge and
 // MaxBytes are honoured by the server, but the suite checks them with an

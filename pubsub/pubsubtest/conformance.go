@@ -93,7 +93,8 @@ const (
 	Redrive Capability = "redrive"
 	// StuckDetection: the engine honours pubsub.WithStuckAfter, reporting
 	// a delivery that runs too long to HookStuck and in the Snapshot.
-	// Checked in virtual time, so it also needs Synctest.
+	// Checked by waiting on the events; how long each report comes after
+	// the delivery began is checked in virtual time, with Synctest.
 	StuckDetection Capability = "stuck-detection"
 	// Batches: the engine delivers to Topic.SubscribeBatch consumers (an
 	// engine without it refuses them with pubsub.ErrInvalid), and a batch

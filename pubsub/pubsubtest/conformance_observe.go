@@ -188,6 +188,52 @@ func observeCases() []confCase {
 				c.Errorf("after it returned: stuck events %q, want a second one with returned", got)
 			}
 		}},
+		{name: "WithStuckAfter reports a stuck delivery, then its return, waiting on the events", needs: []Capability{StuckDetection}, run: func(c *conf) {
+			// The check above, on barriers instead of virtual time, so that
+			// an engine that runs in real time is checked too.
+			const after = 50 * time.Millisecond
+			h := stuckEvents(make(chan pubsub.StuckEvent, 8))
+			b := c.broker(pubsub.WithHooks(h), pubsub.WithStuckAfter(after))
+			topic := c.topic(b, "orders")
+			release := make(chan struct{})
+			var once sync.Once
+			unblock := func() { once.Do(func() { close(release) }) }
+			c.Cleanup(unblock) // before the broker's Close, should the subtest fail first
+			subscribe(c, topic, "billing", "b1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
+				<-release
+				return nil
+			}))
+			publishValue(c, topic, "slow")
+			e := h.next(c)
+			if d := e.Delivery; e.Returned || d.Group != "billing" || d.Consumer != "b1" || d.Offset != 0 || e.Running < after {
+				c.Errorf("first stuck event %+v, want billing's b1 at offset 0, running at least %v", e, after)
+			}
+			if p := b.Snapshot().Topics[0].Groups[0].Partitions[0]; !p.Stuck || p.RunningFor < after {
+				c.Errorf("snapshot %+v, want Stuck with RunningFor at least %v", p, after)
+			}
+			unblock()
+			// A second report of the same delivery would come before this.
+			if e := h.next(c); !e.Returned || e.Delivery.Offset != 0 {
+				c.Errorf("event after the handler returned: %+v, want Returned for offset 0", e)
+			}
+		}},
+	}
+}
+
+// stuckEvents hands the stuck events to the subtest.
+type stuckEvents chan pubsub.StuckEvent
+
+func (h stuckEvents) OnStuck(e pubsub.StuckEvent) { h <- e }
+
+// next returns the next event, failing the subtest after failureBound.
+func (h stuckEvents) next(c *conf) pubsub.StuckEvent {
+	c.Helper()
+	select {
+	case e := <-h:
+		return e
+	case <-c.ctx().Done():
+		c.Fatalf("no stuck event within %v", failureBound)
+		return pubsub.StuckEvent{}
 	}
 }
 
