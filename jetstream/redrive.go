@@ -167,19 +167,19 @@ func (g *group) Redrive(ctx context.Context, match func(*engine.DeadLetter) bool
 		if err != nil {
 			return n, e.ctxErr(ctx, fmt.Errorf("redrive: queue dead letter %s: %w", l.ID, err))
 		}
+		if !ack.Duplicate { // a duplicate was queued, and counted, by another Redrive
+			n++
+			touched[l.Partition] = true
+		}
 		err = req(func(ctx context.Context) error { return g.dlq.DeleteMsg(ctx, seq) })
 		if err != nil && !errors.Is(err, natsjs.ErrMsgNotFound) {
-			// Queued, and still a dead letter: both are kept rather than
-			// lost (it is delivered, and a later Redrive takes the letter
-			// out without queueing it twice within the server's
+			// Queued, and still a dead letter: kept in both rather than
+			// lost. It is delivered again, and a later Redrive takes the
+			// letter out without queueing it twice (within the server's
 			// duplicate window).
 			return n, e.ctxErr(ctx, fmt.Errorf("redrive: remove dead letter %s: %w", l.ID, err))
 		}
 		g.forgetLetter(letterID)
-		if !ack.Duplicate {
-			n++
-			touched[l.Partition] = true
-		}
 	}
 	return n, nil
 }

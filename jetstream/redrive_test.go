@@ -55,11 +55,12 @@ func (l *poisonLog) of(value string) []string {
 }
 
 // TestRedrivenLetterSurvivesARestart redrives a dead letter while its
-// group is paused, so it is queued on the server but not delivered, then
-// closes the broker and restarts the server on the same store directory:
-// the letter is still queued (Snapshot's Redriving), no longer a dead
-// letter, and once the group resumes it is delivered once, attempt 1, at
-// its original offset, and nothing else is delivered again.
+// group is paused, so it is queued on the server but not delivered (Drain
+// says the group is stalled), then closes the broker and restarts the
+// server on the same store directory: the letter is still queued
+// (Snapshot's Redriving), no longer a dead letter, and once the group
+// resumes it is delivered once, attempt 1, at its original offset, and
+// nothing else is delivered again.
 func TestRedrivenLetterSurvivesARestart(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -109,6 +110,9 @@ func TestRedrivenLetterSurvivesARestart(t *testing.T) {
 	}
 	if got := redrivingOn(b, bad.Partition); got != 1 {
 		t.Errorf("Redriving on partition %d: %d, want 1", bad.Partition, got)
+	}
+	if err := b.Drain(ctx); !errors.Is(err, pubsub.ErrStalled) {
+		t.Errorf("Drain with a redriven letter in a paused group: %v, want ErrStalled", err)
 	}
 	_ = b.Close(ctx) // the paused group is stalled: what Close says of it is not the point
 	srv.Shutdown()
