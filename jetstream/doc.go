@@ -94,9 +94,9 @@
 //	commit after nil                      DoubleAck; an ack that fails on the client may still
 //	                                        have committed: handlers must be idempotent
 //	Seek, Replay, StartAt (offset, time)  exact, by resetting the consumer (time: the server's)
-//	Pause / Resume                        the server's consumer pause: acts across processes (a
-//	                                        broker that paused follows another's Resume within
-//	                                        MemberTTL/3)
+//	Pause / Resume                        the server's consumer pause (redrive consumers too):
+//	                                        acts across processes (a broker that paused follows
+//	                                        another's Resume within MemberTTL/3)
 //	Lag, Committed                        from each stream's last sequence and the consumer's
 //	                                        ack floor (the server's NumPending lags publishes)
 //	Message.Created, MaxAge               the server's clock; WithClock is refused (ErrInvalid)
