@@ -196,9 +196,11 @@ func (p *Partition) fitsLocked(need int64) bool {
 func recordBytes(rec *Record) int64 { return int64(len(rec.Key) + len(rec.Value)) }
 
 // tooLarge fails a record that could never fit under MaxBytes, even in an
-// empty log: it must fail at once, not wait or evict everything first.
+// empty log: it must fail at once, not wait or evict everything first. It
+// is for a partition with a MaxBytes: its callers check that first, which
+// spares the others a call per record.
 func (p *Partition) tooLarge(rec *Record) error {
-	if size := recordBytes(rec); p.ret.MaxBytes > 0 && size > p.ret.MaxBytes {
+	if size := recordBytes(rec); size > p.ret.MaxBytes {
 		return fmt.Errorf("%w: topic %q partition %d: a record of %d bytes (key %d + value %d) can never fit in MaxBytes %d",
 			ErrInvalid, p.topic, p.index, size, len(rec.Key), len(rec.Value), p.ret.MaxBytes)
 	}

@@ -217,8 +217,14 @@ func TestNoMaxAgeExpiresNothing(t *testing.T) {
 		time.Sleep(24 * time.Hour) // virtual time: the record ages a day
 		publish(t, orders, "", "new")
 		dst := make([]*Record, 4)
-		if n, skipTo, _ := orders.Partition(0).Read(0, dst, new(Cursor), make(chan struct{}, 1)); n != 2 || skipTo != 0 {
+		c, bell := new(Cursor), make(chan struct{}, 1)
+		if n, skipTo, _ := orders.Partition(0).Read(0, dst, c, bell); n != 2 || skipTo != 0 {
 			t.Fatalf("Read(0) = %d records, skip to %d; want both records", n, skipTo)
+		}
+		// A read that finds nothing new takes the partition's lock, where
+		// age retention would trim.
+		if n, skipTo, waiting := orders.Partition(0).Read(2, dst, c, bell); n != 0 || skipTo != 0 || !waiting {
+			t.Fatalf("Read(2) = %d records, skip to %d, waiting %v; want to wait", n, skipTo, waiting)
 		}
 		if st := orders.Stats()[0]; st.Retained != 2 || st.Expired != 0 {
 			t.Fatalf("stats %+v: want 2 retained, none expired", st)
