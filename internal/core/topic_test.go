@@ -140,7 +140,11 @@ func TestRecordID(t *testing.T) {
 				publishTo(t, orders, 0) // offsets 0..5; DropOldest keeps 2..5
 				<-handled
 			}
-			for offset := int64(2); offset < 6; offset++ {
+			first := int64(2) // DropOldest kept 2..5; IDs by position are known for every offset
+			if tc.want == nil {
+				first = 0
+			}
+			for offset := first; offset < 6; offset++ {
 				got := orders.RecordID(0, offset)
 				if got == "" || got != delivered[offset] {
 					t.Errorf("RecordID(0, %d) = %q, want the delivery's %q", offset, got, delivered[offset])
@@ -204,5 +208,24 @@ func TestRecordIDsOfATinyWindow(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A topic with MaxBytes stamps and names every record of a batch as any
+// other topic does.
+func TestABatchUnderMaxBytesIsStampedAndNamed(t *testing.T) {
+	clock := &manualClock{now: time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)}
+	var next atomic.Int64
+	b := newBroker(t, Config{Clock: clock, IDs: idFunc(func() string { return "id-" + strconv.FormatInt(next.Add(1), 10) })})
+	orders := mustTopic(t, b, "orders", TopicSpec{Partitions: 2, Retention: Retention{MaxBytes: 1 << 10}})
+	recs := make([]*Record, 3)
+	orders.NewRecords(recs)
+	if n, err := orders.AppendBatch(context.Background(), []int{0, 1, 1}, recs, make([]int64, 3)); n != 3 || err != nil {
+		t.Fatalf("AppendBatch: %d, %v", n, err)
+	}
+	for i, rec := range recs {
+		if want := "id-" + strconv.Itoa(i+1); !rec.Created.Equal(clock.Now()) || rec.ID != want {
+			t.Errorf("record %d: created %v, ID %q; want %v and %q", i, rec.Created, rec.ID, clock.Now(), want)
+		}
 	}
 }
