@@ -20,6 +20,17 @@ import (
 // server sends to a pull whose subscription is gone counts as delivered
 // and comes back only after AckWait; here no answer is ever lost while
 // the group runs in this broker.
+//
+// While records flow, the pull for the next record rides on the ack of
+// the last (ackNext, the server's "+NXT"): one message to the server and
+// one back per record, as for nats.go's Consume with asynchronous acks,
+// where a pull then a confirmed ack (DoubleAck) took two each way. The
+// server reads the ack before the pull, so the pull's answer, a record or
+// an expiry, also tells the ack was read. Why not one pull for many
+// records, as Consume keeps: a pull stays open on the server while the
+// handler runs, and when retention drops the record in flight (DropOldest,
+// MaxAge) the server counts it settled and sends the next ones at once,
+// to be handled after they too were dropped, and more than one at a time.
 
 // record is a delivered message as the worker uses it: a natsjs.Msg, or
 // a rawMsg from a puller.
@@ -38,11 +49,18 @@ type record interface {
 // puller pulls a partition's records for the slot's current worker. Only
 // that worker uses it: it is not safe for concurrent use.
 type puller struct {
-	nc   *nats.Conn
-	subj string // the consumer's next-message request subject
-	sub  *nats.Subscription
-	in   chan *nats.Msg
-	pin  string // the pin ID the server gave this broker; "" when none
+	nc    *nats.Conn
+	subj  string // the consumer's next-message request subject
+	sub   *nats.Subscription
+	in    chan *nats.Msg
+	pin   string      // the pin ID the server gave this broker; "" when none
+	timer *time.Timer // next's bound, reused
+
+	// req is the last one-record request made, for reqWait and reqPin:
+	// most are alike.
+	req     []byte
+	reqWait time.Duration
+	reqPin  string
 }
 
 // apiPrefix is the subject prefix of js's API requests.
@@ -84,7 +102,31 @@ type pullRequest struct {
 }
 
 // pull asks for the next record, waiting up to wait on the server.
-func (p *puller) pull(wait time.Duration) error { return p.pullN(1, wait, false) }
+func (p *puller) pull(wait time.Duration) error {
+	return p.nc.PublishRequest(p.subj, p.sub.Subject, p.request(wait))
+}
+
+// ackNext acks msg and, in the same message, asks for the next record,
+// waiting up to wait on the server: the server reads the ack first.
+func (p *puller) ackNext(msg record, wait time.Duration) error {
+	r, ok := msg.(rawMsg)
+	if !ok {
+		return errors.New("pull: not a puller's record")
+	}
+	req := p.request(wait)
+	body := make([]byte, 0, len("+NXT ")+len(req))
+	body = append(append(body, "+NXT "...), req...)
+	return p.nc.PublishRequest(r.m.Reply, p.sub.Subject, body)
+}
+
+// request is the body of a pull for one record.
+func (p *puller) request(wait time.Duration) []byte {
+	if p.req == nil || p.reqWait != wait || p.reqPin != p.pin {
+		p.req, _ = json.Marshal(pullRequest{Batch: 1, Expires: wait, Group: priorityGroup, ID: p.pin})
+		p.reqWait, p.reqPin = wait, p.pin
+	}
+	return p.req
+}
 
 // pullN asks for up to n records, waiting up to wait on the server. With
 // noWait the server answers as soon as it has any: the records there are,
@@ -102,7 +144,12 @@ var errPinned = errors.New("pull: the partition is pinned to another client")
 // (an answer lost with the connection), or when abort closes. A late
 // answer is taken by the next call: a record is never lost.
 func (p *puller) next(abort <-chan struct{}, bound time.Duration) (record, error) {
-	t := time.NewTimer(bound)
+	if p.timer == nil {
+		p.timer = time.NewTimer(bound)
+	} else {
+		p.timer.Reset(bound)
+	}
+	t := p.timer
 	defer t.Stop()
 	for {
 		select {

@@ -166,7 +166,7 @@ type worker struct {
 	s    *slot
 	m    *member
 	once sync.Once
-	pre  *pull         // the next pull, opened before the last ack; only run touches it
+	pre  *pull         // the next pull, opened by the last ack; only run touches it
 	stop chan struct{} // closed by signalStop
 	done chan struct{} // closed when run returns
 }
@@ -322,7 +322,7 @@ func (w *worker) keepGivenBack(msg record, epoch uint64) {
 }
 
 // afterDelivery sets the phase a delivery leaves the worker in: fetching
-// when it opened the next pull before its ack.
+// when its ack opened the next pull.
 func (w *worker) afterDelivery() {
 	if w.pre != nil {
 		w.s.setPhase(fetching)
@@ -346,18 +346,9 @@ type pull struct {
 // next pull's: the puller's subscription outlives the pull. Only when
 // Close gives up does collect stop waiting.
 func (w *worker) open() *pull {
-	s := w.s
-	s.mu.Lock()
-	p := s.puller
-	s.mu.Unlock()
-	if p == nil {
-		var err error
-		if p, err = newPuller(w.g.e.js, w.g.e.names.stream(w.g.t.name, s.p), w.g.e.names.consumer(w.g.name, s.p)); err != nil {
-			return &pull{err: err}
-		}
-		s.mu.Lock()
-		s.puller = p
-		s.mu.Unlock()
+	p, err := w.puller()
+	if err != nil {
+		return &pull{err: err}
 	}
 	wait := w.g.e.cfg.pollWait
 	return &pull{p: p, err: p.pull(wait), abort: w.g.e.handlerCtx.Done(), wait: wait}
@@ -371,20 +362,31 @@ func (p *pull) collect() (record, error) {
 	return p.p.next(p.abort, p.wait+time.Second)
 }
 
-// prefetch opens the next pull before the current record is acked, when
-// nothing holds the partition and no redriven letter waits (it goes
-// first): the server delivers the next record the moment the ack lands
-// (one in flight: MaxAckPending 1), which saves a round trip per record.
-func (w *worker) prefetch() {
+// ackNext acks msg and opens the pull for the next record in the same
+// message (pull.go), when nothing holds the partition and no redriven
+// letter waits (it goes first): the server
+// delivers the next record the moment it read the ack (one in flight:
+// MaxAckPending 1), and the worker does not wait for the ack's reply:
+// the pull's answer tells the server read the ack, and the worker always
+// collects it before it parks, so a reset never meets an ack still on its
+// way. Otherwise (a hold, a stop: the worker will not pull next) the ack
+// is confirmed (DoubleAck) and no pull is opened.
+func (w *worker) ackNext(ctx context.Context, msg record) {
 	s := w.s
 	s.mu.Lock()
 	ok := s.holds == 0 && !w.stopping() && s.pending == nil && !s.wantsRedrive()
 	epoch := s.epoch
 	s.mu.Unlock()
 	if ok {
-		w.pre = w.open()
-		w.pre.epoch = epoch
+		if p, err := w.puller(); err == nil {
+			wait := w.g.e.cfg.pollWait
+			if err := p.ackNext(msg, wait); err == nil {
+				w.pre = &pull{p: p, abort: w.g.e.handlerCtx.Done(), wait: wait, epoch: epoch}
+				return
+			}
+		}
 	}
+	_ = msg.DoubleAck(ctx)
 }
 
 // pause waits d, or less when stopped; false when stopped.
@@ -593,8 +595,7 @@ func (w *worker) settle(msg record, d *engine.Delivery, herr error) (again bool)
 		// polls the server) sees the count too.
 		g.delivered.Add(1)
 		w.s.settled(d)
-		w.prefetch()
-		_ = msg.DoubleAck(ctx)
+		w.ackNext(ctx, msg)
 		g.e.committed()
 	case errors.Is(herr, engine.ErrPermanent) || d.Attempt >= g.spec.Retry.MaxAttempts:
 		if err := g.deadLetter(ctx, msg, d, herr, w.m.name); err != nil {
