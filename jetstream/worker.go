@@ -167,6 +167,7 @@ type worker struct {
 	m    *member
 	once sync.Once
 	pre  *pull         // the next pull, opened by the last ack; only run touches it
+	more bool          // the server had records after the one being delivered; only run touches it
 	stop chan struct{} // closed by signalStop
 	done chan struct{} // closed when run returns
 }
@@ -363,21 +364,26 @@ func (p *pull) collect() (record, error) {
 }
 
 // ackNext acks msg and opens the pull for the next record in the same
-// message (pull.go), when nothing holds the partition and no redriven
-// letter waits (it goes first): the server
-// delivers the next record the moment it read the ack (one in flight:
-// MaxAckPending 1), and the worker does not wait for the ack's reply:
-// the pull's answer tells the server read the ack, and the worker always
-// collects it before it parks, so a reset never meets an ack still on its
-// way. Otherwise (a hold, a stop: the worker will not pull next) the ack
-// is confirmed (DoubleAck) and no pull is opened.
-func (w *worker) ackNext(ctx context.Context, msg record) {
+// message (pull.go), when nothing holds the partition, no redriven letter
+// waits (it goes first) and the server had more records for it: the server delivers the next record the moment it
+// read the ack (one in flight: MaxAckPending 1), and the worker does not
+// wait for the ack's reply: the pull's answer tells the server read the
+// ack, and the worker always collects it before it parks, so a reset
+// never meets an ack still on its way.
+//
+// When the server had no more records (more is false), the pull opens
+// first and the ack is confirmed (DoubleAck): the partition is idle, so
+// the round trip costs no throughput, and Drain, woken by the commit,
+// finds it on the server at once instead of at its next poll. When the
+// worker will not pull next (a hold, a stop) the ack is confirmed and no
+// pull opens.
+func (w *worker) ackNext(ctx context.Context, msg record, more bool) {
 	s := w.s
 	s.mu.Lock()
 	ok := s.holds == 0 && !w.stopping() && s.pending == nil && !s.wantsRedrive()
 	epoch := s.epoch
 	s.mu.Unlock()
-	if ok {
+	if ok && more {
 		if p, err := w.puller(); err == nil {
 			wait := w.g.e.cfg.pollWait
 			if err := p.ackNext(msg, wait); err == nil {
@@ -385,6 +391,10 @@ func (w *worker) ackNext(ctx context.Context, msg record) {
 				return
 			}
 		}
+	}
+	if ok {
+		w.pre = w.open()
+		w.pre.epoch = epoch
 	}
 	_ = msg.DoubleAck(ctx)
 }
@@ -489,6 +499,7 @@ func (w *worker) deliver(msg record, revoked <-chan struct{}) (gaveBack bool) {
 		return false
 	}
 	seq := md.Sequence.Stream
+	w.more = md.NumPending > 0
 	id := g.t.streams[w.s.p].CachedInfo().Config.Name + "-" + strconv.FormatUint(seq, 10)
 	rec, derr := decodeRecord(msg.Headers(), msg.Data(), seq, md.Timestamp)
 	if derr != nil {
@@ -595,7 +606,7 @@ func (w *worker) settle(msg record, d *engine.Delivery, herr error) (again bool)
 		// polls the server) sees the count too.
 		g.delivered.Add(1)
 		w.s.settled(d)
-		w.ackNext(ctx, msg)
+		w.ackNext(ctx, msg, w.more)
 		g.e.committed()
 	case errors.Is(herr, engine.ErrPermanent) || d.Attempt >= g.spec.Retry.MaxAttempts:
 		if err := g.deadLetter(ctx, msg, d, herr, w.m.name); err != nil {
