@@ -365,11 +365,12 @@ func (p *pull) collect() (record, error) {
 
 // ackNext acks msg and opens the pull for the next record in the same
 // message (pull.go), when nothing holds the partition, no redriven letter
-// waits (it goes first) and the server had more records for it: the server delivers the next record the moment it
-// read the ack (one in flight: MaxAckPending 1), and the worker does not
-// wait for the ack's reply: the pull's answer tells the server read the
-// ack, and the worker always collects it before it parks, so a reset
-// never meets an ack still on its way.
+// waits (it goes first) and the server had more records for it: the
+// server delivers the next record the moment it read the ack (one in
+// flight: MaxAckPending 1), and the worker does not wait for the ack's
+// reply: the pull's answer tells the server read the ack, and the worker
+// always collects it before it parks, so a reset never meets an ack still
+// on its way.
 //
 // When the server had no more records (more is false), the pull opens
 // first and the ack is confirmed (DoubleAck): the partition is idle, so
