@@ -378,7 +378,7 @@ func (p *pull) collect() (record, error) {
 // finds it on the server at once instead of at its next poll. When the
 // worker will not pull next (a hold, a stop) the ack is confirmed and no
 // pull opens.
-func (w *worker) ackNext(ctx context.Context, msg record, more bool) {
+func (w *worker) ackNext(msg record, more bool) {
 	s := w.s
 	s.mu.Lock()
 	ok := s.holds == 0 && !w.stopping() && s.pending == nil && !s.wantsRedrive()
@@ -397,7 +397,9 @@ func (w *worker) ackNext(ctx context.Context, msg record, more bool) {
 		w.pre = w.open()
 		w.pre.epoch = epoch
 	}
+	ctx, cancel := w.g.e.ctx()
 	_ = msg.DoubleAck(ctx)
+	cancel()
 }
 
 // pause waits d, or less when stopped; false when stopped.
@@ -593,8 +595,6 @@ func (w *worker) call(d *engine.Delivery) (err error) {
 // that could not be stored).
 func (w *worker) settle(msg record, d *engine.Delivery, herr error) (again bool) {
 	g := w.g
-	ctx, cancel := g.e.ctx()
-	defer cancel()
 	switch {
 	case errors.Is(herr, engine.ErrAbandoned): // received, then given back: it counts as an attempt
 		_ = msg.Nak()
@@ -607,9 +607,11 @@ func (w *worker) settle(msg record, d *engine.Delivery, herr error) (again bool)
 		// polls the server) sees the count too.
 		g.delivered.Add(1)
 		w.s.settled(d)
-		w.ackNext(ctx, msg, w.more)
+		w.ackNext(msg, w.more)
 		g.e.committed()
 	case errors.Is(herr, engine.ErrPermanent) || d.Attempt >= g.spec.Retry.MaxAttempts:
+		ctx, cancel := g.e.ctx()
+		defer cancel()
 		if err := g.deadLetter(ctx, msg, d, herr, w.m.name); err != nil {
 			_ = msg.NakWithDelay(g.spec.Retry.Delay(d.Attempt))
 			return true
