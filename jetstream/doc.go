@@ -91,8 +91,14 @@
 //	                                        (reported after 1-1.5 thresholds; RunningFor in
 //	                                        Snapshot); a handler running in another broker is
 //	                                        that broker's to report
-//	commit after nil                      DoubleAck; an ack that fails on the client may still
-//	                                        have committed: handlers must be idempotent
+//	commit after nil                      an ack; while records flow it carries the pull for
+//	                                        the next record and waits for no reply (the server
+//	                                        sends the next record once it read the ack), and it is
+//	                                        confirmed (DoubleAck) when the partition runs dry, is
+//	                                        held or moves; an ack that fails on the client may
+//	                                        still have committed, and one lost with the connection
+//	                                        brings the record again after AckWait, Attempt+1:
+//	                                        handlers must be idempotent
 //	Seek, Replay, StartAt (offset, time)  exact, by resetting the consumer (time: the server's)
 //	Pause / Resume                        the server's consumer pause (redrive consumers too):
 //	                                        acts across processes (a broker that paused follows
@@ -136,15 +142,22 @@
 // A partition's worker acts on Pause, Seek, Replay, a rebalance and Close
 // between pulls, so on an idle partition they wait up to the poll wait
 // (WithPollWait, 250ms by default). One record in flight per partition is
-// what keeps order; it bounds throughput to about 12-15 thousand records
-// a second for one partition and 21-23 thousand for four (embedded server,
-// a shared 2-core machine, BenchmarkPublishConsume): 0.4-0.6 of the raw
-// nats.go client doing the same work with asynchronous acks and one open
-// pull (bench/README.md). A batch consumer (Topic.SubscribeBatch) takes
-// up to its batch size per pull, call and commit: about 60-70 thousand
-// records a second for one partition in the same benchmark
-// (consumer=batch), 3-4 times the per-record consumer and 0.6 of
-// publishing alone (consumer=none). With four partitions fed by short
+// what keeps order. The ack of a record carries the pull for the next and
+// waits for no reply, so a record costs one message each way, as with the
+// raw nats.go client's Consume and asynchronous acks. Consuming a backlog
+// of four partitions, that is about 44 thousand records a second, 0.8 of
+// the raw client doing the same work (embedded server, a shared 2-core
+// machine, bench/README.md); publishing and consuming at once, 0.8 of it
+// for one partition fed by PublishBatch (about 25 thousand), but 0.5 for
+// four (about 18 thousand), where the publisher bounds it: a PublishBatch
+// over four partitions makes short runs, and each run's first record
+// waits for its PubAck. In BenchmarkPublishConsume the per-record
+// consumer handles about 20-23 thousand records a second for one
+// partition or four. A batch consumer (Topic.SubscribeBatch) takes up to
+// its batch size per pull, call and commit: about 55-60 thousand records a
+// second for one partition in the same benchmark (consumer=batch), 2.5-3
+// times the per-record consumer and half of publishing alone
+// (consumer=none). With four partitions fed by short
 // runs a pull finds one or two records, and a batch consumer does no
 // better than a per-record one unless WithBatchWait lets batches form
 // (5ms: about 30 thousand against 26).

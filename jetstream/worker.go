@@ -166,7 +166,7 @@ type worker struct {
 	s    *slot
 	m    *member
 	once sync.Once
-	pre  *pull         // the next pull, opened by the last ack; only run touches it
+	pre  *pull         // the next pull, opened with (or before) the last ack; only run touches it
 	more bool          // the server had records after the one being delivered; only run touches it
 	stop chan struct{} // closed by signalStop
 	done chan struct{} // closed when run returns
@@ -229,7 +229,7 @@ func (w *worker) run() {
 		var msg record
 		var err error
 		var epoch uint64
-		if w.pre != nil { // a pull opened before the last ack: collect it first, whatever happened since
+		if w.pre != nil { // a pull opened with the last ack: collect it first, whatever happened since
 			msg, err = w.pre.collect()
 			epoch = w.pre.epoch
 			w.pre = nil
