@@ -151,31 +151,39 @@ func TestABatchStartingAtOffsetOneIsWhole(t *testing.T) {
 	}
 }
 
-// A read that fills MaxSize is delivered at once; only a batch with room
-// left waits, for MaxWait exactly, for more records.
-func TestOnlyABatchWithRoomWaitsMaxWait(t *testing.T) {
+// A batch is delivered as soon as it holds MaxSize records, whether the
+// first read found them all or waiting for more filled it; only a batch
+// with room left waits, for MaxWait exactly.
+func TestABatchGoesWhenFullAndOtherwiseAfterMaxWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})
 		topic := mustTopic(t, b, "t", TopicSpec{})
 		start := time.Now()
 		var mu sync.Mutex
 		var at []time.Duration
-		for _, v := range []string{"0", "1"} {
-			publish(t, topic, "", v)
-		}
-		subscribeBatch(t, b, "t", "g", "c1", func(context.Context, *Batch) error {
+		log := batchLog{fail: func(*Batch) error {
 			mu.Lock()
 			defer mu.Unlock()
 			at = append(at, time.Since(start))
 			return nil
-		}, GroupSpec{}, BatchSpec{MaxSize: 2, MaxWait: time.Minute})
-		drain(t, b)
+		}}
+		publish(t, topic, "", "0")
+		publish(t, topic, "", "1")
+		subscribeBatch(t, b, "t", "g", "c1", log.handle, GroupSpec{}, BatchSpec{MaxSize: 2, MaxWait: time.Minute})
+		drain(t, b) // the first read is full
 		publish(t, topic, "", "2")
-		drain(t, b)
+		synctest.Wait() // the worker holds 2 and waits for more
+		publish(t, topic, "", "3")
+		drain(t, b) // the wait filled it
+		publish(t, topic, "", "4")
+		drain(t, b) // nothing more came
+		if got, want := log.got(), "[[0 1] [2 3] [4]]"; got != want {
+			t.Errorf("batches %s, want %s", got, want)
+		}
 		mu.Lock()
 		defer mu.Unlock()
-		if want := []time.Duration{0, time.Minute}; !slices.Equal(at, want) {
-			t.Errorf("batches delivered at %v, want %v: the full one at once, the one of 1 after MaxWait", at, want)
+		if want := []time.Duration{0, 0, time.Minute}; !slices.Equal(at, want) {
+			t.Errorf("batches delivered at %v, want %v: the full ones at once, the one of 1 after MaxWait", at, want)
 		}
 	})
 }
