@@ -41,41 +41,46 @@ func TestRedrivenLetterCountsAsDelivered(t *testing.T) {
 }
 
 // A redriven letter whose handler ignores ctx and outlives Close is put
-// back in the dead letters by Close; when the handler fails afterwards,
-// that late failure changes nothing (no second letter, no count).
+// back in the dead letters by Close; whether the handler then acks or
+// fails, that late outcome leaves the letter there once and counts no
+// dead letter or retry.
 func TestRedrivenLetterWhoseHandlerOutlivesClose(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t, Config{})
-		topic := mustTopic(t, b, "t", TopicSpec{})
-		release := make(chan struct{})
-		var redriven atomic.Bool
-		g := subscribe(t, b, "t", "g", "c1", func(context.Context, *Delivery) error {
-			if !redriven.Load() {
-				return fmt.Errorf("bad: %w", ErrPermanent)
-			}
-			<-release // ignores ctx
-			return errors.New("still bad")
-		})
-		publish(t, topic, "", "poison")
-		drain(t, b)
-		redriven.Store(true)
-		if n, err := g.Redrive(context.Background(), nil); n != 1 || err != nil {
-			t.Fatalf("Redrive: %d, %v; want 1, nil", n, err)
-		}
-		synctest.Wait() // the handler holds the redriven letter
+	for _, late := range []error{nil, errors.New("still bad")} {
+		t.Run(fmt.Sprintf("late outcome %v", late), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t, Config{})
+				topic := mustTopic(t, b, "t", TopicSpec{})
+				release := make(chan struct{})
+				var redriven atomic.Bool
+				g := subscribe(t, b, "t", "g", "c1", func(context.Context, *Delivery) error {
+					if !redriven.Load() {
+						return fmt.Errorf("bad: %w", ErrPermanent)
+					}
+					<-release // ignores ctx
+					return late
+				})
+				publish(t, topic, "", "poison")
+				drain(t, b)
+				redriven.Store(true)
+				if n, err := g.Redrive(context.Background(), nil); n != 1 || err != nil {
+					t.Fatalf("Redrive: %d, %v; want 1, nil", n, err)
+				}
+				synctest.Wait() // the handler holds the redriven letter
 
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if err := b.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Close: %v, want an error wrapping DeadlineExceeded", err)
-		}
-		if n := len(g.DeadLetters()); n != 1 {
-			t.Fatalf("after Close: %d dead letters, want the redriven one back", n)
-		}
-		close(release)
-		synctest.Wait() // the handler failed, and its worker exited
-		if s := g.Stats(); len(g.DeadLetters()) != 1 || s.DeadLettered != 1 || s.Retried != 0 {
-			t.Errorf("after the late failure: stats %+v with %d dead letters, want the one letter and nothing counted", s, len(g.DeadLetters()))
-		}
-	})
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				if err := b.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("Close: %v, want an error wrapping DeadlineExceeded", err)
+				}
+				if n := len(g.DeadLetters()); n != 1 {
+					t.Fatalf("after Close: %d dead letters, want the redriven one back", n)
+				}
+				close(release)
+				synctest.Wait() // the handler returned, and its worker exited
+				if s := g.Stats(); len(g.DeadLetters()) != 1 || s.DeadLettered != 1 || s.Retried != 0 {
+					t.Errorf("after the late outcome: stats %+v with %d dead letters, want the one letter and nothing counted", s, len(g.DeadLetters()))
+				}
+			})
+		})
+	}
 }
