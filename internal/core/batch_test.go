@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/logbus/logbus/internal/engine"
 )
 
 // outcomeOf reads a batch handler's error: how many records from the
@@ -214,6 +216,57 @@ func TestBatchConsumerSkipsRecordsEvictedDuringItsBackoff(t *testing.T) {
 		}
 		if s := g.Stats(); s.Skipped != 2 || s.Delivered != 3 || s.Retried != 1 {
 			t.Errorf("stats %+v, want 2 skipped, 3 delivered, 1 retried", s)
+		}
+	})
+}
+
+// skipHold is an Observer that holds the worker inside its report of a
+// skip until resume is closed, telling skipping when it got there.
+type skipHold struct {
+	skipping chan struct{}
+	resume   chan struct{}
+}
+
+func (h *skipHold) Observe(e *Event) {
+	if e.Kind == engine.EventSkip {
+		close(h.skipping)
+		<-h.resume
+	}
+}
+
+// A record that DropOldest evicts while it waits out a backoff leaves no
+// retry behind: when the per-record consumer leaves right after skipping
+// it, the batch consumer that takes the partition over gets the next
+// records as one batch, none of them taken for a retry. (The consumer is
+// held in the observer's report of the skip while Leave asks it to stop.)
+func TestARecordEvictedDuringItsBackoffLeavesNoRetryForTheNextConsumer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hold := &skipHold{skipping: make(chan struct{}), resume: make(chan struct{})}
+		b := newBroker(t, Config{Observer: hold, Retry: RetryPolicy{MaxAttempts: 3, BaseDelay: time.Minute}})
+		topic := mustTopic(t, b, "t", TopicSpec{Retention: Retention{MaxMessages: 2, OnFull: DropOldest}})
+		g := subscribe(t, b, "t", "g", "solo", func(_ context.Context, d *Delivery) error {
+			if string(d.Record.Value) == "0" {
+				return errors.New("transient")
+			}
+			return nil
+		})
+		publish(t, topic, "", "0")
+		publish(t, topic, "", "1")
+		synctest.Wait()            // 0 failed once and waits out a minute
+		publish(t, topic, "", "2") // evicts 0
+		<-hold.skipping            // a minute later: 0 evicted, the skip to 1 being reported
+		left := make(chan error, 1)
+		go func() { left <- g.Leave(context.Background(), "solo") }()
+		synctest.Wait() // Leave asked solo's worker to stop and waits for it
+		close(hold.resume)
+		if err := <-left; err != nil {
+			t.Fatalf("Leave: %v", err)
+		}
+		var log batchLog
+		subscribeBatch(t, b, "t", "g", "batcher", log.handle, GroupSpec{}, BatchSpec{})
+		drain(t, b)
+		if got, want := log.got(), "[[1 2]]"; got != want {
+			t.Errorf("batches %s, want %s", got, want)
 		}
 	})
 }
