@@ -270,3 +270,30 @@ func TestARecordEvictedDuringItsBackoffLeavesNoRetryForTheNextConsumer(t *testin
 		}
 	})
 }
+
+// With MaxWait 0 a batch is what one read found: records appended after
+// that read wait for the next batch, even when they arrive before the
+// handler is called. (The clock, which a read of a MaxAge topic consults,
+// holds the worker at its next read while the test appends.)
+func TestWithoutMaxWaitABatchIsOneRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := &trapClock{trapped: make(chan struct{}), release: make(chan struct{})}
+		b := newBroker(t, Config{Clock: clock})
+		topic := mustTopic(t, b, "t", TopicSpec{Retention: Retention{MaxAge: time.Hour}})
+		var log batchLog
+		g := subscribeBatch(t, b, "t", "g", "c1", log.handle, GroupSpec{}, BatchSpec{})
+		mustPause(t, g)
+		publish(t, topic, "", "0")
+		clock.armAfter(1) // the first read passes; the next one is held
+		if err := g.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		<-clock.trapped
+		publish(t, topic, "", "1")
+		close(clock.release)
+		drain(t, b)
+		if got, want := log.got(), "[[0] [1]]"; got != want {
+			t.Errorf("batches %s, want %s", got, want)
+		}
+	})
+}

@@ -708,19 +708,27 @@ func TestAcksShownWhenAWorkerStopsMidRead(t *testing.T) {
 type trapClock struct {
 	mu               sync.Mutex
 	armed            bool
+	pass             int // reads to let through before the trap springs
 	trapped, release chan struct{}
 }
 
-func (c *trapClock) arm() {
+func (c *trapClock) arm() { c.armAfter(0) }
+
+// armAfter arms the trap for the read after the next n.
+func (c *trapClock) armAfter(n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.armed = true
+	c.armed, c.pass = true, n
 }
 
 func (c *trapClock) Now() time.Time {
 	c.mu.Lock()
-	armed := c.armed
-	c.armed = false
+	armed := c.armed && c.pass == 0
+	if armed {
+		c.armed = false
+	} else if c.armed {
+		c.pass--
+	}
 	c.mu.Unlock()
 	if armed {
 		close(c.trapped)
