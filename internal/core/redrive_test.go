@@ -42,11 +42,16 @@ func TestRedrivenLetterCountsAsDelivered(t *testing.T) {
 
 // A redriven letter whose handler ignores ctx and outlives Close is put
 // back in the dead letters by Close; whether the handler then acks or
-// fails, that late outcome leaves the letter there once and counts no
-// dead letter or retry.
+// fails, that late outcome leaves the letter there once and counts
+// nothing: no delivery (as a record's late ack, whose commit Close
+// refuses), no dead letter, no retry.
 func TestRedrivenLetterWhoseHandlerOutlivesClose(t *testing.T) {
-	for _, late := range []error{nil, errors.New("still bad")} {
-		t.Run(fmt.Sprintf("late outcome %v", late), func(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		late error
+	}{{"acked late", nil}, {"failed late", errors.New("still bad")}} {
+		late := tc.late
+		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := newBroker(t, Config{})
 				topic := mustTopic(t, b, "t", TopicSpec{})
@@ -79,6 +84,9 @@ func TestRedrivenLetterWhoseHandlerOutlivesClose(t *testing.T) {
 				synctest.Wait() // the handler returned, and its worker exited
 				if s := g.Stats(); len(g.DeadLetters()) != 1 || s.DeadLettered != 1 || s.Retried != 0 {
 					t.Errorf("after the late outcome: stats %+v with %d dead letters, want the one letter and nothing counted", s, len(g.DeadLetters()))
+				}
+				if s := g.Stats(); s.Delivered != 0 {
+					t.Errorf("after the late outcome: %d delivered, want 0: the letter is back in the dead letters", s.Delivered)
 				}
 			})
 		})
