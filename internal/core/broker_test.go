@@ -703,6 +703,80 @@ func TestAcksShownWhenAWorkerStopsMidRead(t *testing.T) {
 	})
 }
 
+// trapClock is a Clock that, once armed, holds the next goroutine that
+// reads it until release is closed, closing trapped when it has one.
+type trapClock struct {
+	mu               sync.Mutex
+	armed            bool
+	pass             int // reads to let through before the trap springs
+	trapped, release chan struct{}
+}
+
+func (c *trapClock) arm() { c.armAfter(0) }
+
+// armAfter arms the trap for the read after the next n.
+func (c *trapClock) armAfter(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed, c.pass = true, n
+}
+
+func (c *trapClock) Now() time.Time {
+	c.mu.Lock()
+	armed := c.armed && c.pass == 0
+	if armed {
+		c.armed = false
+	} else if c.armed {
+		c.pass--
+	}
+	c.mu.Unlock()
+	if armed {
+		close(c.trapped)
+		<-c.release
+	}
+	return time.Now()
+}
+
+// TestAnAckIsShownBeforeItsCommit: whoever sees a record committed (Drain,
+// woken by that commit, or anyone reading the cursor) also sees it counted
+// as delivered, with the state Acked. To look between the commit and what
+// the worker does after it, the test holds Drain's wake-up, where the
+// worker stops right after the commit, and learns of the commit from the
+// producer it wakes (caught in the clock it reads before appending).
+func TestAnAckIsShownBeforeItsCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		clock := &trapClock{trapped: make(chan struct{}), release: make(chan struct{})}
+		b := newBroker(t, Config{Clock: clock})
+		// MaxAge makes the producer read the clock each time it looks for room.
+		orders := mustTopic(t, b, "orders", TopicSpec{Retention: Retention{MaxMessages: 1, MaxAge: time.Hour, BlockTimeout: time.Hour}})
+		release := make(chan struct{})
+		g := subscribe(t, b, "orders", "billing", "b1", stuckHandler(release))
+		publish(t, orders, "", "first")
+		published, drained := make(chan error, 1), make(chan error, 1)
+		go func() { published <- second(orders.Publish(ctx, nil, []byte("second"), nil)) }()
+		go func() { drained <- b.Drain(ctx) }()
+		synctest.Wait() // the handler holds "first"; the producer waits for room, Drain for progress
+
+		clock.arm()
+		b.progressMu.Lock() // the worker, once it has committed, waits here to wake Drain
+		close(release)
+		<-clock.trapped // the commit woke the producer, which reads the clock before appending
+		delivered, state, committed := g.Stats().Delivered, g.DeliveryState(0), g.Committed(0)
+		b.progressMu.Unlock()
+		close(clock.release)
+		if committed != 1 || delivered != 1 || state != Acked {
+			t.Errorf("once committed %d: delivered %d, state %v; want 1 delivered, acked", committed, delivered, state)
+		}
+		if err := <-published; err != nil {
+			t.Fatalf("second publish: %v", err)
+		}
+		if err := <-drained; err != nil {
+			t.Fatalf("Drain: %v", err)
+		}
+	})
+}
+
 func TestGracefulShutdownThenClosedErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{})

@@ -155,9 +155,17 @@ func TestObserverIsToldOfBackpressureDropsExpiriesAndSkips(t *testing.T) {
 		publish(t, aging, "", "old")
 		time.Sleep(2 * time.Minute) // virtual time: the record ages past MaxAge
 		publish(t, aging, "", "new")
+		time.Sleep(2 * time.Minute)
+		publish(t, aging, "", "newer") // expires "new": the count is of this trim only
 		expired := log.of(engine.EventExpire)
-		if len(expired) != 1 || expired[0].Topic != "aging" || expired[0].Count != 1 {
-			t.Errorf("expire events %+v, want one of 1 record on aging", expired)
+		if len(expired) != 2 || expired[0].Topic != "aging" || expired[0].Count != 1 || expired[1].Count != 1 {
+			t.Errorf("expire events %+v, want two of 1 record each on aging", expired)
+		}
+		// A lock that trimmed nothing raises nothing.
+		for _, e := range append(log.of(engine.EventDrop), expired...) {
+			if e.Count <= 0 {
+				t.Errorf("event %+v counts no record", e)
+			}
 		}
 	})
 }

@@ -57,15 +57,19 @@ func (q *redriveQueue) tried(attempts int) {
 	}
 }
 
-// done removes the head: delivered, or dead-lettered again.
-func (q *redriveQueue) done() {
+// done removes the head: delivered, or dead-lettered again. It reports
+// false when the queue is empty: Close took the letters back (see
+// reparkRedriven) while a handler it gave up on still ran.
+func (q *redriveQueue) done() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.items) > 0 {
-		q.items[0] = redriven{}
-		q.items = q.items[1:]
-		q.pending.Store(int32(len(q.items)))
+	if len(q.items) == 0 {
+		return false
 	}
+	q.items[0] = redriven{}
+	q.items = q.items[1:]
+	q.pending.Store(int32(len(q.items)))
+	return true
 }
 
 // pop removes and returns the head, for Close to put back what was not
@@ -185,8 +189,13 @@ func (w *worker) redeliver() bool {
 			if err == nil {
 				gp.acks++
 				gp.attempts = 0
-				gp.setState(Acked)
-				gp.redrive.done()
+				gp.setState(Acked) // shown before the letter leaves the queue, which Drain watches
+				if !gp.redrive.done() {
+					// Close put the letter back in the dead letters while
+					// the handler ran: like a record whose commit Close
+					// refused (see deliverBatch), it is not delivered.
+					gp.unack()
+				}
 				break
 			}
 			if errors.Is(err, ErrNotDelivered) {
