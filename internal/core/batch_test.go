@@ -39,6 +39,8 @@ func TestOutcomeOf(t *testing.T) {
 				t.Errorf("done: got %d, want %d", done, tc.wantDone)
 			}
 			switch {
+			case tc.wantErr != ErrInvalid && errors.Is(failed, ErrInvalid):
+				t.Errorf("failed: got %v, a valid BatchError taken for an invalid one", failed)
 			case tc.wantErr == nil && failed != nil:
 				t.Errorf("failed: got %v, want nil", failed)
 			case tc.wantErr != nil && !errors.Is(failed, tc.wantErr):
@@ -194,30 +196,42 @@ func TestABatchGoesWhenFullAndOtherwiseAfterMaxWait(t *testing.T) {
 // skips (and counts) what was evicted before its attempt: here the first
 // record of a batch, evicted while it waited out a retry backoff.
 func TestBatchConsumerSkipsRecordsEvictedDuringItsBackoff(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 3, BaseDelay: time.Minute}})
-		topic := mustTopic(t, b, "t", TopicSpec{Retention: Retention{MaxMessages: 3, OnFull: DropOldest}})
-		log := batchLog{fail: func(b *Batch) error {
-			if string(b.Records[0].Value) == "0" {
-				return errors.New("transient")
-			}
-			return nil
-		}}
-		for _, v := range []string{"0", "1", "2"} {
-			publish(t, topic, "", v)
-		}
-		g := subscribeBatch(t, b, "t", "g", "c1", log.handle, GroupSpec{}, BatchSpec{})
-		synctest.Wait() // the batch failed once at 0, which waits out a minute
-		publish(t, topic, "", "3")
-		publish(t, topic, "", "4") // evicts 0 and 1
-		drain(t, b)
-		if got, want := log.got(), "[[0 1 2] [2 3 4]]"; got != want {
-			t.Errorf("batches %s, want %s", got, want)
-		}
-		if s := g.Stats(); s.Skipped != 2 || s.Delivered != 3 || s.Retried != 1 {
-			t.Errorf("stats %+v, want 2 skipped, 3 delivered, 1 retried", s)
-		}
-	})
+	for _, tc := range []struct {
+		later       []string // published during the backoff
+		want        string
+		skipped, ok int64
+	}{
+		{[]string{"3", "4"}, "[[0 1 2] [2 3 4]]", 2, 3}, // evicts 0 and 1
+		{[]string{"3"}, "[[0 1 2] [1 2 3]]", 1, 3},      // evicts 0: the rest is one batch, not a retry of 1
+	} {
+		t.Run(fmt.Sprint(tc.later), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 3, BaseDelay: time.Minute}})
+				topic := mustTopic(t, b, "t", TopicSpec{Retention: Retention{MaxMessages: 3, OnFull: DropOldest}})
+				log := batchLog{fail: func(b *Batch) error {
+					if string(b.Records[0].Value) == "0" {
+						return errors.New("transient")
+					}
+					return nil
+				}}
+				for _, v := range []string{"0", "1", "2"} {
+					publish(t, topic, "", v)
+				}
+				g := subscribeBatch(t, b, "t", "g", "c1", log.handle, GroupSpec{}, BatchSpec{})
+				synctest.Wait() // the batch failed once at 0, which waits out a minute
+				for _, v := range tc.later {
+					publish(t, topic, "", v)
+				}
+				drain(t, b)
+				if got := log.got(); got != tc.want {
+					t.Errorf("batches %s, want %s", got, tc.want)
+				}
+				if s := g.Stats(); s.Skipped != tc.skipped || s.Delivered != tc.ok || s.Retried != 1 {
+					t.Errorf("stats %+v, want %d skipped, %d delivered, 1 retried", s, tc.skipped, tc.ok)
+				}
+			})
+		})
+	}
 }
 
 // skipHold is an Observer that holds the worker inside its report of a
@@ -294,6 +308,38 @@ func TestWithoutMaxWaitABatchIsOneRead(t *testing.T) {
 		drain(t, b)
 		if got, want := log.got(), "[[0] [1]]"; got != want {
 			t.Errorf("batches %s, want %s", got, want)
+		}
+	})
+}
+
+// A batch given back before it reached its consumer (ErrNotDelivered)
+// counts no attempt: the next worker delivers it as attempt 1 again.
+func TestABatchGivenBackCountsNoAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		topic := mustTopic(t, b, "t", TopicSpec{})
+		var mu sync.Mutex
+		var attempts []int
+		g := subscribeBatch(t, b, "t", "g", "c1", func(_ context.Context, batch *Batch) error {
+			mu.Lock()
+			defer mu.Unlock()
+			attempts = append(attempts, batch.Attempt)
+			if len(attempts) == 1 {
+				return ErrNotDelivered
+			}
+			return nil
+		}, GroupSpec{}, BatchSpec{})
+		publish(t, topic, "", "0")
+		synctest.Wait() // given back; the worker stopped
+		mustPause(t, g)
+		if err := g.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		drain(t, b)
+		mu.Lock()
+		defer mu.Unlock()
+		if fmt.Sprint(attempts) != "[1 1]" {
+			t.Errorf("attempts %v, want [1 1]: the give-back was no attempt", attempts)
 		}
 	})
 }
