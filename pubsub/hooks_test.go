@@ -607,3 +607,141 @@ func TestDeliveryHooksOnABatchConsumer(t *testing.T) {
 		}
 	})
 }
+
+// A batch publish that stops part way, at a partition that stays full,
+// reports each record it stored as published and each of the rest with
+// the batch's error, which names the call.
+func TestPublishedHooksOfABatchThatStopsPartWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ev := &events{}
+		b := newBroker(t, pubsub.WithHooks(ev))
+		topic := mustTopic(t, b, "orders", codec.String(), codec.String(),
+			pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: time.Second}))
+		var rec recorder[string]
+		g := mustSubscribe(t, topic, "billing", "b1", &rec)
+		if err := g.Pause(context.Background()); err != nil { // nothing is committed: the partition fills
+			t.Fatal(err)
+		}
+		_, err := topic.PublishBatch(context.Background(), []pubsub.Entry[string, string]{
+			{Key: "a", Value: "1"}, {Key: "b", Value: "2"}, {Key: "c", Value: "3"}})
+		if !errors.Is(err, pubsub.ErrBackpressure) || !strings.HasPrefix(err.Error(), `logbus: publish batch to topic "orders"`) {
+			t.Fatalf("PublishBatch: %v; want ErrBackpressure, naming the call", err)
+		}
+		want := []string{
+			"published orders/0@0 err=false ctx=from OnPublish",
+			"published orders/0@1 err=false ctx=from OnPublish",
+			"published orders/0@0 err=true ctx=from OnPublish",
+		}
+		if got := ev.with("published"); !slices.Equal(got, want) {
+			t.Errorf("published events (-want +got):\n%s\n%s", strings.Join(want, "\n"), strings.Join(got, "\n"))
+		}
+		if err := g.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// results is a HookDelivered that keeps the first result of each offset
+// and attempt (a message given back is delivered again as the same
+// attempt).
+type results struct {
+	mu  sync.Mutex
+	got map[string]pubsub.DeliveryResult
+}
+
+func (r *results) OnDelivered(_ context.Context, d *pubsub.DeliveryInfo, res pubsub.DeliveryResult) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := fmt.Sprintf("%d/%d", d.Offset, d.Attempt)
+	if _, ok := r.got[key]; !ok {
+		r.got[key] = res
+	}
+}
+
+func (r *results) of(offset int64, attempt int) pubsub.DeliveryResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.got[fmt.Sprintf("%d/%d", offset, attempt)]
+}
+
+// A batch handler's BatchError tells the delivery hooks which message
+// failed and with what: at index 0 the first, with the BatchError's own
+// Err; at an index past the batch (invalid) the first too, with the
+// BatchError, and none of the batch reported acked.
+func TestDeliveryHooksReadABatchError(t *testing.T) {
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name    string
+		index   func(n int) int
+		wantErr func(err error) bool
+	}{
+		{"index 0", func(int) int { return 0 }, func(err error) bool { return err == boom }},
+		{"index past the batch", func(n int) int { return n }, func(err error) bool {
+			_, ok := errors.AsType[*pubsub.BatchError](err)
+			return ok
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				res := &results{got: map[string]pubsub.DeliveryResult{}}
+				b := newBroker(t, pubsub.WithHooks(res))
+				topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+				for _, v := range []string{"1", "2"} {
+					mustPublish(t, topic, "k", v)
+				}
+				var calls int
+				_, err := topic.SubscribeBatch("billing", "b1", pubsub.BatchHandlerFunc[string](func(_ context.Context, msgs []pubsub.Message[string]) error {
+					calls++
+					if calls == 1 {
+						return &pubsub.BatchError{Index: tc.index(len(msgs)), Err: boom}
+					}
+					return nil
+				}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				drain(t, b)
+				first, second := res.of(0, 1), res.of(1, 1)
+				if first.Outcome != pubsub.OutcomeFailed || !tc.wantErr(first.Err) {
+					t.Errorf("offset 0, attempt 1: %v with %v; want failed with the right error", first.Outcome, first.Err)
+				}
+				if second.Outcome != pubsub.OutcomeGivenBack {
+					t.Errorf("offset 1, attempt 1: %v; want given back with the first", second.Outcome)
+				}
+			})
+		})
+	}
+}
+
+// A delivery is stuck from the moment it has run as long as the
+// threshold; the snapshot says so, and who owns its partition.
+func TestSnapshotCallsADeliveryStuckAtTheThreshold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const after = 2 * time.Second
+		stuck := make(chan pubsub.StuckEvent, 1)
+		b := newBroker(t, pubsub.WithStuckAfter(after), pubsub.WithHooks(stuckHook(stuck)))
+		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		release := make(chan struct{})
+		mustSubscribe(t, topic, "billing", "b1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
+			<-release
+			return nil
+		}))
+		mustPublish(t, topic, "k", "slow")
+		e := <-stuck
+		p := b.Snapshot().Topics[0].Groups[0].Partitions[0]
+		if e.Running != after || p.RunningFor != after || !p.Stuck || p.Owner != "b1" {
+			t.Errorf("stuck event after %v; snapshot running %v, stuck %v, owner %q; want %v, stuck, owned by b1",
+				e.Running, p.RunningFor, p.Stuck, p.Owner, after)
+		}
+		close(release)
+	})
+}
+
+// stuckHook sends each first report of a stuck delivery.
+type stuckHook chan pubsub.StuckEvent
+
+func (h stuckHook) OnStuck(e pubsub.StuckEvent) {
+	if !e.Returned {
+		h <- e
+	}
+}
