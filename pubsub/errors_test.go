@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -618,5 +619,38 @@ func TestFailedPublishAppendsNothing(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// A partitioner that picks a partition the topic does not have is named
+// in the error, with what it picked.
+func TestAPartitionOutOfRangeNamesThePartitioner(t *testing.T) {
+	b := newBroker(t)
+	tp := mustTopic(t, b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2),
+		pubsub.WithPartitioner(partitionerFunc(func([]byte, int) int { return 2 })))
+	_, err := tp.Publish(context.Background(), "k", "v")
+	if !errors.Is(err, pubsub.ErrInvalid) || !strings.Contains(err.Error(), "partitioner chose partition 2 of 2") {
+		t.Fatalf("Publish: %v; want ErrInvalid naming the partitioner's choice", err)
+	}
+}
+
+// ShutdownError says what Close left, and why when it knows.
+func TestShutdownErrorText(t *testing.T) {
+	left := []pubsub.Unfinished{
+		{Group: "billing", Topic: "orders", Partition: 0, Committed: 3, End: 5},
+		{Group: "billing", Topic: "orders", Partition: 1, Committed: 0, End: 1, Running: true},
+	}
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{nil, `logbus: close left records undelivered: group "billing" topic "orders" partition 0 committed 3 end 5, ` +
+			`group "billing" topic "orders" partition 1 committed 0 end 1 (handler still running)`},
+		{context.DeadlineExceeded, `logbus: close left records undelivered (context deadline exceeded): group "billing" topic "orders" partition 0 committed 3 end 5, ` +
+			`group "billing" topic "orders" partition 1 committed 0 end 1 (handler still running)`},
+	} {
+		if got := (&pubsub.ShutdownError{Unfinished: left, Err: tc.err}).Error(); got != tc.want {
+			t.Errorf("Error():\n got %s\nwant %s", got, tc.want)
+		}
 	}
 }

@@ -160,10 +160,34 @@ func TestSnapshotOfAnEngineThatCannotDescribeItself(t *testing.T) {
 		if sg.Name != "billing" || sg.Lag != 1 || sp.Lag != 1 || sp.Committed != 1 || sp.Owner != "b1" || sg.Stats.Delivered != 1 {
 			t.Errorf("group %+v, want billing with lag 1 on partition %d (committed 1, owner b1), 1 delivered", sg, pos.Partition)
 		}
+		for _, p := range sg.Partitions {
+			if p.Owner != "b1" {
+				t.Errorf("partition %d owned by %q, want b1 (the only consumer)", p.Partition, p.Owner)
+			}
+		}
 		if err := g.Resume(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		drain(t, b)
+	})
+}
+
+// Without WithStuckAfter no delivery is called stuck, however long it runs.
+func TestSnapshotCallsNothingStuckWithoutAThreshold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t)
+		topic := mustTopic(t, b, "orders", codec.String(), codec.Int[int]())
+		release := make(chan struct{})
+		mustSubscribe(t, topic, "billing", "b1", pubsub.HandlerFunc[int](func(context.Context, pubsub.Message[int]) error {
+			<-release
+			return nil
+		}))
+		mustPublish(t, topic, "alice", 1)
+		time.Sleep(time.Hour)
+		if p := b.Snapshot().Topics[0].Groups[0].Partitions[0]; !p.InFlight || p.Stuck {
+			t.Errorf("snapshot: in flight %v, stuck %v; want in flight, not stuck", p.InFlight, p.Stuck)
+		}
+		close(release)
 	})
 }
 
