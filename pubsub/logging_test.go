@@ -310,3 +310,45 @@ func TestStuckWatchdogInRealTime(t *testing.T) {
 		t.Error("the handler was never reported stuck")
 	}
 }
+
+// A publish that waits for room is logged at Debug, and only one that
+// gives up is a Warn.
+func TestBackpressureIsLoggedAtDebugUntilItGivesUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		logs := &logRecorder{level: slog.LevelDebug}
+		b := newBroker(t, pubsub.WithLogger(logs.logger()))
+		topic := mustTopic(t, b, "orders", codec.String(), codec.String(),
+			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: time.Second}))
+		release := make(chan struct{})
+		g := mustSubscribe(t, topic, "billing", "b1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
+			<-release
+			return nil
+		}))
+		mustPublish(t, topic, "k", "1") // in the handler: the partition is full
+		go func() {
+			time.Sleep(time.Second / 2)
+			close(release)
+		}()
+		mustPublish(t, topic, "k", "2") // waits half a second, then fits
+		drain(t, b)
+		if waits := logs.find("logbus: partition full, publish waiting"); len(waits) != 1 || waits[0].level != "DEBUG" {
+			t.Errorf("waiting publishes logged %v, want one at Debug", waits)
+		}
+		if gaveUp := logs.find("logbus: publish gave up on a full partition"); len(gaveUp) != 0 {
+			t.Fatalf("a publish that fitted was logged as giving up: %v", gaveUp)
+		}
+		if err := g.Pause(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		mustPublish(t, topic, "k", "3") // fits once 2 is committed
+		if _, err := topic.Publish(context.Background(), "k", "4"); !errors.Is(err, pubsub.ErrBackpressure) {
+			t.Fatalf("publish to a full partition of a paused group: %v, want ErrBackpressure", err)
+		}
+		if gaveUp := logs.find("logbus: publish gave up on a full partition"); len(gaveUp) != 1 || gaveUp[0].level != "WARN" {
+			t.Errorf("publishes that gave up logged %v, want one at Warn", gaveUp)
+		}
+		if err := g.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
