@@ -310,19 +310,28 @@ func (w *worker) retryGone(seq uint64) bool {
 
 // puller returns the partition's puller, making it on first use.
 func (w *worker) puller() (*puller, error) {
+	return w.pullerOf(&w.s.puller, func() (string, string) {
+		return w.g.e.names.stream(w.g.t.name, w.s.p), w.g.e.names.consumer(w.g.name, w.s.p)
+	})
+}
+
+// pullerOf returns the puller in *field, one of the slot's (guarded by
+// its mu), making it on first use on the stream and consumer names gives.
+func (w *worker) pullerOf(field **puller, names func() (stream, consumer string)) (*puller, error) {
 	s := w.s
 	s.mu.Lock()
-	p := s.puller
+	p := *field
 	s.mu.Unlock()
 	if p != nil {
 		return p, nil
 	}
-	p, err := newPuller(w.g.e.js, w.g.e.names.stream(w.g.t.name, s.p), w.g.e.names.consumer(w.g.name, s.p))
+	stream, consumer := names()
+	p, err := newPuller(w.g.e.js, stream, consumer)
 	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
-	s.puller = p
+	*field = p
 	s.mu.Unlock()
 	return p, nil
 }

@@ -318,21 +318,9 @@ func (w *worker) takeRedriven(msg redrivenMsg) {
 // redrivePuller returns the partition's redrive puller, making it on first
 // use.
 func (w *worker) redrivePuller() (*puller, error) {
-	s := w.s
-	s.mu.Lock()
-	p := s.rpuller
-	s.mu.Unlock()
-	if p != nil {
-		return p, nil
-	}
-	p, err := newPuller(w.g.e.js, w.g.e.names.redriveStream(w.g.t.name, w.g.name), w.g.e.names.redriveConsumer(s.p))
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	s.rpuller = p
-	s.mu.Unlock()
-	return p, nil
+	return w.pullerOf(&w.s.rpuller, func() (string, string) {
+		return w.g.e.names.redriveStream(w.g.t.name, w.g.name), w.g.e.names.redriveConsumer(w.s.p)
+	})
 }
 
 // redelivery turns a redriven letter into the delivery of its record:
