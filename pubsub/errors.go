@@ -47,6 +47,11 @@ var (
 	//
 	// The record is dead-lettered after that one attempt.
 	ErrPermanent = engine.ErrPermanent
+	// ErrUnavailable is returned by a remote engine's calls while it
+	// cannot reach its server: a lost connection, a server without quorum,
+	// a request that timed out. Such an error also wraps the engine's own.
+	// Broker.Ping reports it; the in-memory engine never returns it.
+	ErrUnavailable = engine.ErrUnavailable
 )
 
 // DecodeError is the error of a dead letter whose value the topic's codec

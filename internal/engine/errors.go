@@ -35,6 +35,9 @@ var (
 	// ErrPermanent is wrapped by handler errors that retrying cannot fix: the
 	// record goes to the dead-letter queue after one attempt.
 	ErrPermanent = errors.New("permanent failure")
+	// ErrUnavailable: the engine cannot reach what it depends on (a lost
+	// connection, a server without quorum, a request that timed out).
+	ErrUnavailable = errors.New("engine unavailable")
 )
 
 // ErrAbandoned is returned by a handler that gives a delivery back without an
