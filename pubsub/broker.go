@@ -367,11 +367,11 @@ func (b *Broker) deleteGroup(ctx context.Context, group, topic string) error {
 // DeleteTopic deletes topic and its consumer groups. The topic and its
 // groups are deleted at once, and then:
 //
-//   - every call on the topic's *Topic handle that reaches the engine
-//     (Publish, Subscribe, Stream, SubscribeBatch and their kin) fails
+//   - every call on the topic's *Topic handle that can fail (Publish,
+//     PublishBatch, Subscribe, Stream, SubscribeBatch and their kin) fails
 //     with ErrTopicNotFound, and so does every call on its groups' *Group
 //     handles, also after the name is created again: an old handle never
-//     reaches the new topic;
+//     reaches the new topic. Its reads (Stats, Offsets) no longer change;
 //   - producers blocked on a full partition of the topic fail with
 //     ErrTopicNotFound;
 //   - the groups stop as DeleteGroup says, their Streams' channels close;
@@ -409,9 +409,15 @@ func (b *Broker) deleteTopic(ctx context.Context, topic string) error {
 }
 
 // deleted reports whether a deletion that returned err took place: it
-// succeeded, or only the wait for deliveries in flight ran out of time.
+// succeeded, or only the wait for deliveries in flight ran out of time
+// (see engine.Deleter: an engine that could not delete says
+// ErrUnavailable, or another sentinel, not ctx's error alone).
 func deleted(err error) bool {
-	return err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	if err == nil {
+		return true
+	}
+	ctxErr := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	return ctxErr && !errors.Is(err, ErrUnavailable)
 }
 
 // Ping reports whether the broker's engine can serve calls now: nil when it

@@ -18,7 +18,8 @@ import (
 // always land in the same partition, and each partition is delivered to each
 // group in offset order. All methods are safe for concurrent use. After
 // Broker.Close, Publish, Subscribe and Stream fail with ErrClosed; Stats and
-// Offsets keep working.
+// Offsets keep working. After Broker.DeleteTopic they fail with
+// ErrTopicNotFound; see there.
 type Topic[K, V any] struct {
 	b           *Broker
 	eng         engine.Topic
