@@ -251,7 +251,9 @@ func deleteCases() []confCase {
 				publishValue(c, topic, fmt.Sprint(i))
 			}
 			c.drain(b)
-			even := func(l pubsub.DeadLetter[string]) bool { return l.Message.Value == "0" || l.Message.Value == "2" || l.Message.Value == "4" }
+			even := func(l pubsub.DeadLetter[string]) bool {
+				return l.Message.Value == "0" || l.Message.Value == "2" || l.Message.Value == "4"
+			}
 			if n, err := g.DiscardDeadLetters(c.ctx(), even); n != 3 || err != nil {
 				c.Errorf("DiscardDeadLetters(even): got %d, %v; want 3, nil", n, err)
 			}
