@@ -123,7 +123,9 @@
 //
 //   - Block makes Publish wait for room, at most BlockTimeout and never past
 //     its context, then fail with [pubsub.ErrBackpressure], having appended
-//     nothing. The slowest group sets the pace of the producers.
+//     nothing. The slowest group sets the pace of the producers; a group
+//     nobody consumes any more holds them up until it is deleted
+//     ([pubsub.Broker.DeleteGroup]).
 //   - DropOldest evicts the oldest record, read or not, and Publish never
 //     waits. A group that had not begun delivering an evicted record skips
 //     it.
@@ -219,7 +221,10 @@
 // [pubsub.WithStuckAfter] reports handlers that run too long by sampling
 // what the workers already record: no clock read per delivery, and no
 // goroutine without it. [pubsub.Group.Redrive] sends chosen dead letters
-// back to the group that failed them, and to no other.
+// back to the group that failed them, and to no other;
+// [pubsub.Group.DiscardDeadLetters] drops them, and
+// [pubsub.Group.LatestDeadLetters] reads the newest few.
+// [pubsub.Broker.Ping] answers a health check.
 //
 // # What is not promised
 //

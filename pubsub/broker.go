@@ -2,6 +2,8 @@ package pubsub
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -282,7 +284,7 @@ func (b *Broker) Group(group, topic string) (*Group[[]byte], error) {
 	if err != nil {
 		return nil, fail(err, "group %q on topic %q", group, topic)
 	}
-	return &Group[[]byte]{eng: g, values: codec.Bytes(), obs: b.obs, topic: topic}, nil
+	return &Group[[]byte]{eng: g, values: codec.Bytes(), obs: b.obs, topic: topic, state: b.eng.State}, nil
 }
 
 // Replay moves the cursors of an existing group on every partition of topic
@@ -300,4 +302,145 @@ func (b *Broker) Replay(ctx context.Context, group, topic string, from Start) er
 	err = fail(g.Replay(ctx, from.spec), "replay group %q on topic %q from %v", group, topic, from)
 	b.obs.operator("replayed", topic, group, err, slog.String("from", from.String()))
 	return err
+}
+
+// DeleteGroup deletes the consumer group called group on topic: it stops
+// the group's consumers, forgets its offsets and dead letters, and lets go
+// of the partitions it held. It is the way out for a group nobody
+// consumes any more, which would otherwise hold its records, and block
+// producers on a Block partition it fills, for the broker's life.
+//
+// The group is deleted at once, and then:
+//
+//   - the group's *Group handles (Subscribe's, Stream.Group's,
+//     Broker.Group's) fail every call with ErrSubscription, and their reads
+//     show an empty group (Lag 0, Committed -1, no assignment, no dead
+//     letters);
+//   - its consumers stop: no delivery begins, a Stream's delivery that
+//     nobody has received is taken back, and each Stream's channel closes
+//     once its deliveries ended (Stream.Close then returns nil);
+//   - producers blocked on a Block partition the group held full wake:
+//     each then appends, or waits and fails, by the usual rules, without
+//     the group (a partition no group reads trims instead of blocking; see
+//     Retention);
+//   - the name is free: a Subscribe or Stream with it creates a new group,
+//     which starts where its StartAt says, with no dead letters.
+//
+// DeleteGroup waits for the deliveries in flight (handlers running, and
+// Stream deliveries a caller holds) until ctx ends; when it ends first, it
+// returns an error wrapping ctx's and the group is deleted all the same:
+// those deliveries finish in the background and commit nothing, and the
+// partitions they held are let go when they end. Handlers of the deleted
+// group and of a new group of the same name may then run at once, so give
+// handlers a way to stop or ctx enough time.
+//
+// It is logged at Info; it raises no hook (HookRebalance is for a group
+// whose partitions are dealt out again, and this one is gone). An unknown
+// topic is ErrTopicNotFound, an unknown group ErrSubscription. It fails
+// with ErrClosed once Close began, and with ErrInvalid on an engine that
+// cannot delete groups. Safe for concurrent use; like Leave, a handler that
+// calls it on its own group waits for itself until ctx ends.
+func (b *Broker) DeleteGroup(ctx context.Context, group, topic string) error {
+	if err := b.check(ctx); err != nil {
+		return fail(err, "delete group %q of topic %q", group, topic)
+	}
+	err := fail(b.deleteGroup(ctx, group, topic), "delete group %q of topic %q", group, topic)
+	b.obs.operator("deleted group", topic, group, err)
+	return err
+}
+
+func (b *Broker) deleteGroup(ctx context.Context, group, topic string) error {
+	if b.eng.State() != engine.Running {
+		return ErrClosed
+	}
+	d, ok := b.eng.(engine.Deleter)
+	if !ok {
+		return fmt.Errorf("%w: the engine cannot delete groups", ErrInvalid)
+	}
+	err := d.DeleteGroup(ctx, topic, group)
+	if deleted(err) {
+		b.reg.removeGroup(topic, group)
+	}
+	return err
+}
+
+// DeleteTopic deletes topic and its consumer groups. The topic and its
+// groups are deleted at once, and then:
+//
+//   - every call on the topic's *Topic handle that can fail (Publish,
+//     PublishBatch, Subscribe, Stream, SubscribeBatch and their kin) fails
+//     with ErrTopicNotFound, and so does every call on its groups' *Group
+//     handles, also after the name is created again: an old handle never
+//     reaches the new topic. Its reads (Stats, Offsets) no longer change;
+//   - producers blocked on a full partition of the topic fail with
+//     ErrTopicNotFound;
+//   - the groups stop as DeleteGroup says, their Streams' channels close;
+//   - the name is free: NewTopic may create it again, with options of its
+//     own and nothing of the old topic's records, offsets or groups.
+//
+// Like DeleteGroup, it waits for the groups' deliveries in flight until
+// ctx ends, and when it ends first returns an error wrapping ctx's, the
+// topic deleted all the same. It is logged at Info and raises no hook. An
+// unknown topic is ErrTopicNotFound. It fails with ErrClosed once Close
+// began, and with ErrInvalid on an engine that cannot delete topics. Safe
+// for concurrent use.
+func (b *Broker) DeleteTopic(ctx context.Context, topic string) error {
+	if err := b.check(ctx); err != nil {
+		return fail(err, "delete topic %q", topic)
+	}
+	err := fail(b.deleteTopic(ctx, topic), "delete topic %q", topic)
+	b.obs.operator("deleted topic", topic, "", err)
+	return err
+}
+
+func (b *Broker) deleteTopic(ctx context.Context, topic string) error {
+	if b.eng.State() != engine.Running {
+		return ErrClosed
+	}
+	d, ok := b.eng.(engine.Deleter)
+	if !ok {
+		return fmt.Errorf("%w: the engine cannot delete topics", ErrInvalid)
+	}
+	err := d.DeleteTopic(ctx, topic)
+	if deleted(err) {
+		b.reg.removeTopic(topic)
+	}
+	return err
+}
+
+// deleted reports whether a deletion that returned err took place: it
+// succeeded, or only the wait for deliveries in flight ran out of time
+// (see engine.Deleter: an engine that could not delete says
+// ErrUnavailable, or another sentinel, not ctx's error alone).
+func deleted(err error) bool {
+	if err == nil {
+		return true
+	}
+	ctxErr := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	return ctxErr && !errors.Is(err, ErrUnavailable)
+}
+
+// Ping reports whether the broker's engine can serve calls now: nil when it
+// can, an error wrapping ErrUnavailable when a remote engine cannot reach
+// its server (a lost connection, a server without quorum). The in-memory
+// engine needs nothing it could fail to reach: Ping is nil until Close
+// begins. Once Close began it returns ErrClosed (never ErrUnavailable): the
+// broker serves no new work.
+//
+// ctx bounds the call: a remote engine asks its server, and answers by
+// the time ctx ends. The in-memory engine answers at once. Ping logs nothing and raises no
+// hook, so a health check may call it as often as it likes. Safe for
+// concurrent use.
+func (b *Broker) Ping(ctx context.Context) error {
+	if err := b.check(ctx); err != nil {
+		return fail(err, "ping")
+	}
+	if b.eng.State() != engine.Running {
+		return fail(ErrClosed, "ping")
+	}
+	p, ok := b.eng.(engine.Pinger)
+	if !ok {
+		return nil // an engine that is no Pinger depends on nothing it could fail to reach
+	}
+	return fail(p.Ping(ctx), "ping")
 }

@@ -15,11 +15,14 @@ import (
 var (
 	// ErrTopicExists is returned by NewTopic for a name already taken.
 	ErrTopicExists = engine.ErrTopicExists
-	// ErrTopicNotFound is returned for a topic name that was never created
-	// (Broker.Lag, Broker.Replay).
+	// ErrTopicNotFound is returned for a topic name that was never created,
+	// or was deleted (Broker.Lag, Broker.Replay, Broker.DeleteTopic), and
+	// by every call on the handles of a deleted topic and of its groups
+	// (see Broker.DeleteTopic).
 	ErrTopicNotFound = engine.ErrTopicNotFound
 	// ErrClosed is returned by Publish, NewTopic, Subscribe, Stream, Leave,
-	// Seek and Replay once Close has begun.
+	// Seek, Replay, Redrive, DeleteGroup, DeleteTopic, DiscardDeadLetters,
+	// LatestDeadLetters and Ping once Close has begun.
 	ErrClosed = engine.ErrClosed
 	// ErrBackpressure is returned by Publish when a Block partition stayed
 	// full for the whole BlockTimeout. Nothing was appended. The message
@@ -30,7 +33,8 @@ var (
 	ErrOffsetOutOfRange = engine.ErrOffsetOutOfRange
 	// ErrSubscription is returned for an empty group or consumer name, a
 	// duplicate consumer, a nil handler, options that differ from those of
-	// the group being joined, or an unknown group or consumer.
+	// the group being joined, or an unknown group or consumer; and by every
+	// call on the handle of a deleted group (see Broker.DeleteGroup).
 	ErrSubscription = engine.ErrSubscription
 	// ErrInvalid is returned for an impossible configuration value or
 	// argument: a partition count below 1 or above MaxPartitions, a negative

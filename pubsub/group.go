@@ -209,6 +209,9 @@ func (t *Topic[K, V]) subscribe(group string, opts []SubscribeOption, join func(
 	for _, o := range opts {
 		o.applySubscribe(&cfg)
 	}
+	if t.deleted.Load() && t.b.eng.State() == engine.Running { // after Close, the engine's ErrClosed
+		return nil, fail(t.errDeleted(), format, args...)
+	}
 	g, err := join(cfg)
 	if err != nil {
 		return nil, fail(err, format, args...)
@@ -218,7 +221,7 @@ func (t *Topic[K, V]) subscribe(group string, opts []SubscribeOption, join func(
 	defer t.mu.Unlock()
 	typed, ok := t.groups[group]
 	if !ok {
-		typed = &Group[V]{eng: g, values: t.values, obs: t.b.obs, topic: t.Name()}
+		typed = &Group[V]{eng: g, values: t.values, obs: t.b.obs, topic: t.Name(), state: t.b.eng.State}
 		t.groups[group] = typed
 	}
 	return typed, nil
@@ -239,12 +242,16 @@ func (t *Topic[K, V]) subscribe(group string, opts []SubscribeOption, join func(
 //
 // After Broker.Close, Leave, Seek and Replay fail with ErrClosed, Pause and
 // Resume do nothing, and the methods that only read (Assignment,
-// Committed, Lag, Stats, DeadLetters) keep working.
+// Committed, Lag, Stats, DeadLetters) keep working. After
+// Broker.DeleteGroup every call that returns an error fails with
+// ErrSubscription (ErrTopicNotFound after Broker.DeleteTopic), and the
+// reads show an empty group; see there.
 type Group[V any] struct {
 	eng    engine.Group
 	values codec.Codec[V]
 	obs    *observer // the broker's; nil when nothing observes it
 	topic  string
+	state  func() engine.State // the broker's lifecycle stage
 
 	mu sync.Mutex
 	// streams are the group's Streams that have not left, by consumer
@@ -458,6 +465,85 @@ func redrive(ctx context.Context, g engine.Group, match func(*engine.DeadLetter)
 		match = nil
 	}
 	return r.Redrive(ctx, match)
+}
+
+// DiscardDeadLetters removes the group's dead letters that match accepts
+// (every one when match is nil) without delivering them, and returns how
+// many it removed. The others stay, in their order. It is how an operator
+// drops letters known to be garbage; to try them again, use Redrive.
+//
+// match is called once per letter, under no lock, on the caller's
+// goroutine, on a copy: a letter that a concurrent Redrive or eviction
+// took meanwhile is neither removed nor counted. The call does not block
+// on deliveries. ctx bounds it: when ctx ends part way, the letters removed
+// so far stay removed and are counted, and the error wraps ctx's.
+//
+// It logs the count at Info, and raises no hook. It fails with ErrClosed
+// once Close began, with ErrSubscription once the group was deleted
+// (ErrTopicNotFound once its topic was), and with ErrInvalid on an engine
+// that cannot discard dead letters. Safe for concurrent use.
+func (g *Group[V]) DiscardDeadLetters(ctx context.Context, match func(DeadLetter[V]) bool) (int, error) {
+	if ctx == nil {
+		return 0, fail(errNilContext, "discard dead letters of group %q", g.Name())
+	}
+	n, err := g.discard(ctx, match)
+	err = fail(err, "discard dead letters of group %q", g.Name())
+	g.obs.operator("discarded dead letters", g.topic, g.Name(), err, slog.Int("count", n))
+	return n, err
+}
+
+func (g *Group[V]) discard(ctx context.Context, match func(DeadLetter[V]) bool) (int, error) {
+	if g.state() != engine.Running {
+		return 0, ErrClosed
+	}
+	d, ok := g.eng.(engine.DeadLetterDiscarder)
+	if !ok {
+		return 0, fmt.Errorf("%w: the engine cannot discard dead letters", ErrInvalid)
+	}
+	if match == nil {
+		return d.DiscardDeadLetters(ctx, nil)
+	}
+	return d.DiscardDeadLetters(ctx, func(l *engine.DeadLetter) bool { return match(g.letter(l)) })
+}
+
+// LatestDeadLetters returns the group's newest n dead letters (fewer when
+// it holds fewer), newest first, decoding only those: the way to show the
+// tail of a long dead-letter queue. n = 0 returns none; a negative n is
+// ErrInvalid. DeadLetters returns them all, oldest first.
+//
+// An engine that cannot read its newest letters alone (the in-memory engine
+// can) has them taken from all of DeadLetters. A remote engine asks its
+// server, bounded by ctx: when it could not read all of them, it returns
+// those it read with an error saying why; a short result is never silent.
+//
+// It fails with ErrClosed once Close began, with ErrSubscription once the
+// group was deleted (ErrTopicNotFound once its topic was). It logs nothing.
+// Safe for concurrent use.
+func (g *Group[V]) LatestDeadLetters(ctx context.Context, n int) ([]DeadLetter[V], error) {
+	const verb = "latest dead letters of group %q"
+	switch {
+	case ctx == nil:
+		return nil, fail(errNilContext, verb, g.Name())
+	case n < 0:
+		return nil, fail(fmt.Errorf("%w: %d letters asked for", ErrInvalid, n), verb, g.Name())
+	case g.state() != engine.Running:
+		return nil, fail(ErrClosed, verb, g.Name())
+	}
+	r, ok := g.eng.(engine.DeadLetterReader)
+	if !ok {
+		letters := g.eng.DeadLetters()
+		out := make([]DeadLetter[V], min(n, len(letters)))
+		for i := range out {
+			out[i] = g.letter(&letters[len(letters)-1-i])
+		}
+		return out, nil
+	}
+	letters, err := r.LatestDeadLetters(ctx, n)
+	out := make([]DeadLetter[V], len(letters))
+	for i := range letters {
+		out[i] = g.letter(&letters[i])
+	}
+	return out, fail(err, verb, g.Name())
 }
 
 // keyArena copies delivered messages' keys, many short keys per

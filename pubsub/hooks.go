@@ -305,8 +305,9 @@ func WithHooks(hooks ...Hook) BrokerOption {
 //   - Debug: events about one record (a retry, records dropped or
 //     expired, a producer waiting for room). Nothing is logged per record
 //     on the success path.
-//   - Info: rebalances; Pause, Resume, Seek, Replay, Redrive and Leave;
-//     Close; a stuck handler that returned.
+//   - Info: rebalances; Pause, Resume, Seek, Replay, Redrive, Leave,
+//     DiscardDeadLetters, DeleteGroup and DeleteTopic; Close; a stuck
+//     handler that returned.
 //   - Warn: a dead letter (with its kind: decode, panic, permanent or
 //     exhausted, and whether it evicted the oldest), records skipped, a
 //     publish that gave up with ErrBackpressure, a stuck handler.

@@ -382,12 +382,17 @@ func (o *observer) onClose(took time.Duration, err error) {
 	}
 }
 
-// operator logs an operator's action on a group at Info.
+// operator logs an operator's action on a group (on a topic when group
+// is "") at Info.
 func (o *observer) operator(action, topic, group string, err error, attrs ...slog.Attr) {
 	if !o.enabled(slog.LevelInfo) {
 		return
 	}
-	attrs = append([]slog.Attr{slog.String(attrTopic, topic), slog.String(attrGroup, group)}, attrs...)
+	head := []slog.Attr{slog.String(attrTopic, topic)}
+	if group != "" {
+		head = append(head, slog.String(attrGroup, group))
+	}
+	attrs = append(head, attrs...)
 	if err != nil {
 		attrs = append(attrs, slog.String("error", err.Error()))
 	}

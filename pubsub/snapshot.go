@@ -183,8 +183,9 @@ func topicStats(parts []engine.PartitionStats) TopicStats {
 	return s
 }
 
-// registry remembers the topics and groups made through a Broker, for the
-// Partial snapshot of an engine that cannot describe itself.
+// registry remembers the topics and groups made through a Broker: for the
+// Partial snapshot of an engine that cannot describe itself, and to tell a
+// typed Topic that its group, or itself, was deleted.
 type registry struct {
 	mu     sync.Mutex
 	topics map[string]*registered
@@ -192,16 +193,23 @@ type registry struct {
 
 type registered struct {
 	topic  engine.Topic
+	typed  typedTopic // the *Topic[K, V] NewTopic returned
 	groups map[string]engine.Group
 }
 
-func (r *registry) addTopic(t engine.Topic) {
+// typedTopic is what the registry needs of a *Topic[K, V].
+type typedTopic interface {
+	forgetGroup(name string) // the group was deleted: Subscribe makes a new handle
+	markDeleted()            // the topic was deleted: its handle fails from now on
+}
+
+func (r *registry) addTopic(t engine.Topic, typed typedTopic) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.topics == nil {
 		r.topics = make(map[string]*registered)
 	}
-	r.topics[t.Name()] = &registered{topic: t, groups: make(map[string]engine.Group)}
+	r.topics[t.Name()] = &registered{topic: t, typed: typed, groups: make(map[string]engine.Group)}
 }
 
 func (r *registry) addGroup(topic string, g engine.Group) {
@@ -209,6 +217,33 @@ func (r *registry) addGroup(topic string, g engine.Group) {
 	defer r.mu.Unlock()
 	if t := r.topics[topic]; t != nil {
 		t.groups[g.Name()] = g
+	}
+}
+
+// removeGroup forgets a deleted group. The typed Topic is told outside
+// r.mu: it takes its own lock.
+func (r *registry) removeGroup(topic, group string) {
+	r.mu.Lock()
+	t := r.topics[topic]
+	if t != nil {
+		delete(t.groups, group)
+	}
+	r.mu.Unlock()
+	if t != nil {
+		t.typed.forgetGroup(group)
+	}
+}
+
+// removeTopic forgets a deleted topic and its groups, and marks its typed
+// Topic deleted, so the name may be created again without the old handle
+// reaching the new topic.
+func (r *registry) removeTopic(topic string) {
+	r.mu.Lock()
+	t := r.topics[topic]
+	delete(r.topics, topic)
+	r.mu.Unlock()
+	if t != nil {
+		t.typed.markDeleted()
 	}
 }
 

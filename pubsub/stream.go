@@ -117,7 +117,8 @@ func (t *Topic[K, V]) Stream(group, consumer string, opts ...SubscribeOption) (*
 }
 
 // C returns the channel of deliveries. It is closed when the stream leaves
-// its group: by Close, or by Broker.Close.
+// its group: by Close, by Broker.Close, or when Broker.DeleteGroup or
+// Broker.DeleteTopic deleted the group.
 func (s *Stream[V]) C() <-chan *Delivery[V] { return s.ch }
 
 // All returns an iterator over the deliveries, for use with range; it ends
@@ -142,15 +143,17 @@ func (s *Stream[V]) Group() *Group[V] { return s.group }
 // the same Attempt. Deliveries already settled stand. C is closed when
 // Close returns (when Group.Leave removed the stream first, once its
 // deliveries ended). Close waits only for the stream's own hand-over code
-// to notice, never for the caller. Close is idempotent; after Broker.Close
-// it does nothing.
+// to notice, never for the caller. Close is idempotent; after Broker.Close,
+// or once the group was deleted, it does nothing.
 func (s *Stream[V]) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)
 		if !s.group.left(s.consumer, s) {
 			return // Group.Leave removed it already
 		}
-		if err := s.group.eng.Leave(context.Background(), s.consumer); err != nil && !errors.Is(err, ErrClosed) {
+		// The group or its topic deleted: the consumer left with it.
+		err := s.group.eng.Leave(context.Background(), s.consumer)
+		if err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrSubscription) && !errors.Is(err, ErrTopicNotFound) {
 			s.closeErr = fail(err, "close stream %q of group %q", s.consumer, s.group.Name())
 		}
 	})

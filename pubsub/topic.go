@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/logbus/logbus/codec"
@@ -17,7 +18,8 @@ import (
 // always land in the same partition, and each partition is delivered to each
 // group in offset order. All methods are safe for concurrent use. After
 // Broker.Close, Publish, Subscribe and Stream fail with ErrClosed; Stats and
-// Offsets keep working.
+// Offsets keep working. After Broker.DeleteTopic they fail with
+// ErrTopicNotFound; see there.
 type Topic[K, V any] struct {
 	b           *Broker
 	eng         engine.Topic
@@ -34,6 +36,26 @@ type Topic[K, V any] struct {
 
 	mu     sync.Mutex           // guards groups
 	groups map[string]*Group[V] // the typed handle of each group, so Subscribe returns the same one
+
+	// deleted is set by Broker.DeleteTopic: Subscribe, Stream and
+	// SubscribeBatch, which name the topic to the engine, must not reach a
+	// topic created again under the name.
+	deleted atomic.Bool
+}
+
+// forgetGroup drops the handle of a deleted group: the next Subscribe to
+// the name makes a new group, with a new handle.
+func (t *Topic[K, V]) forgetGroup(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.groups, name)
+}
+
+func (t *Topic[K, V]) markDeleted() { t.deleted.Store(true) }
+
+// errDeleted is the error of a call on the handle of a deleted topic.
+func (t *Topic[K, V]) errDeleted() error {
+	return fmt.Errorf("%w: %q was deleted", ErrTopicNotFound, t.Name())
 }
 
 // TopicOption configures a topic. Options only record; NewTopic checks them
@@ -193,9 +215,9 @@ func NewTopic[K, V any](b *Broker, name string, keys codec.Codec[K], values code
 	if err != nil {
 		return nil, fail(err, "new topic %q", name)
 	}
-	b.reg.addTopic(t)
 	topic := &Topic[K, V]{b: b, eng: t, keys: keys, values: values, partitioner: cfg.partitioner, partitions: t.Partitions(),
 		maxBytes: cfg.Retention.MaxBytes, groups: make(map[string]*Group[V])}
+	b.reg.addTopic(t, topic)
 	topic.keyAppender, _ = keys.(codec.Appender[K])
 	topic.valueAppender, _ = values.(codec.Appender[V])
 	return topic, nil

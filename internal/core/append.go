@@ -18,7 +18,7 @@ import (
 //
 // When the log is full it reclaims, drops or blocks as the retention says.
 // A blocked Append waits until room appears, the partition is sealed
-// (ErrClosed), ctx ends (ctx's error) or BlockTimeout passes without room
+// (ErrClosed, or ErrTopicNotFound once the topic was deleted), ctx ends (ctx's error) or BlockTimeout passes without room
 // for another record (ErrBackpressure): each record waits at most
 // BlockTimeout, as if appended alone. Records stored before a wait are
 // visible to readers at once. A record larger than MaxBytes could never
@@ -59,7 +59,7 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		before := p.trimsLocked()
 		if p.sealed {
 			p.unlockReporting(before)
-			return n, fmt.Errorf("%w: partition %d", ErrClosed, p.index)
+			return n, fmt.Errorf("%w: partition %d", p.sealErr, p.index)
 		}
 		p.expireLocked(now)
 		stored := n

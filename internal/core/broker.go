@@ -39,7 +39,8 @@ type Broker struct {
 	mu       sync.Mutex // guards the registries, closed and closeErr
 	topics   map[string]*Topic
 	groups   map[groupKey]*Group
-	closed   chan struct{} // made by the first Close, closed when it returns
+	retired  map[*Group]struct{} // deleted groups whose workers may still run: Close waits for them; see lifecycle.go
+	closed   chan struct{}       // made by the first Close, closed when it returns
 	closeErr error
 
 	progressMu sync.Mutex
@@ -362,16 +363,19 @@ func (b *Broker) Close(ctx context.Context) error {
 
 	for _, t := range topics {
 		for _, p := range t.parts {
-			p.seal()
+			p.seal(ErrClosed)
 		}
 	}
 	_, stalled := b.behind()
 	drainErr := b.drain(ctx, true)
 	groups := b.groupList()
-	for _, g := range groups {
+	// Deleted groups have nothing left to drain or report, but a worker of
+	// theirs may still run: Close stops it as well.
+	stopping := append(b.retiredList(), groups...)
+	for _, g := range stopping {
 		g.shutdown()
 	}
-	for _, g := range groups {
+	for _, g := range stopping {
 		if g.waitStopped(ctx) != nil {
 			break
 		}
@@ -379,7 +383,7 @@ func (b *Broker) Close(ctx context.Context) error {
 	if ctx.Err() != nil {
 		b.stopHandlers()
 		grace, cancel := context.WithTimeout(context.Background(), closeGrace)
-		for _, g := range groups {
+		for _, g := range stopping {
 			if g.waitStopped(grace) != nil {
 				break
 			}

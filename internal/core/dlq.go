@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"sync"
 )
 
@@ -33,6 +34,26 @@ func (q *deadLetters) snapshot() ([]DeadLetter, int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return append([]DeadLetter(nil), q.letters...), q.evicted
+}
+
+// remove removes and returns, oldest first, the letters whose records are
+// chosen: a letter is known by its record, a copy of its own (see
+// worker.park).
+func (q *deadLetters) remove(chosen map[*Record]bool) []DeadLetter {
+	if len(chosen) == 0 {
+		return nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []DeadLetter
+	q.letters = slices.DeleteFunc(q.letters, func(l DeadLetter) bool {
+		if chosen[l.Record] {
+			out = append(out, l)
+			return true
+		}
+		return false
+	})
+	return out
 }
 
 // counts returns how many letters the queue holds and how many it

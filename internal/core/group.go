@@ -66,12 +66,25 @@ type Group struct {
 	paused  bool
 	stopped bool          // Close began: no worker starts again
 	idle    chan struct{} // closed and replaced when a worker exits
+	// detached: the group was deleted and its cursors left their
+	// partitions (see settleLocked).
+	detached bool
 
 	parts []*groupPartition // fixed; each guarded by mu as its doc says
 
 	retried, deadLettered, skipped, redriven atomic.Int64 // Delivered is counted per partition
 	dlq                                      deadLetters
+
+	// deleted is set once, by DeleteGroup or DeleteTopic (see remove), to
+	// the error every call on the group returns from then on. The reads
+	// (Lag, Committed, Assignment, DeadLetters) load it without mu and then
+	// show an empty group.
+	deleted atomic.Pointer[deletion]
 }
+
+// deletion is why a group takes no more calls: it, or its topic, was
+// deleted.
+type deletion struct{ err error }
 
 type member struct {
 	name    string
@@ -245,6 +258,10 @@ func (g *Group) Leave(ctx context.Context, name string) error {
 		g.mu.Unlock()
 		return ErrClosed
 	}
+	if err := g.deletedErr(); err != nil {
+		g.mu.Unlock()
+		return err
+	}
 	m := g.memberLocked(name)
 	if m == nil {
 		g.mu.Unlock()
@@ -294,7 +311,11 @@ func (g *Group) finishLeave(m *member) {
 	g.mu.Lock()
 	m.gone = true
 	g.broadcastLocked()
+	done := g.settleLocked()
 	g.mu.Unlock()
+	if done {
+		g.broker.forgetRetired(g)
+	}
 }
 
 // broadcastLocked wakes every waitLocked.
@@ -348,11 +369,12 @@ func (g *Group) startLocked() {
 }
 
 // startOneLocked starts a worker on gp if the group wants one there: it
-// has an owner, the group is neither paused nor stopped, no seek holds it,
+// has an owner, the group is neither paused, stopped nor deleted, no seek
+// holds it,
 // and no worker, stopping or not, serves it (which is what keeps each
 // partition to one worker at a time).
 func (g *Group) startOneLocked(gp *groupPartition) {
-	if gp.w != nil || gp.owner == nil || gp.holds > 0 || g.paused || g.stopped {
+	if gp.w != nil || gp.owner == nil || gp.holds > 0 || g.paused || g.stopped || g.deleted.Load() != nil {
 		return
 	}
 	gp.owner.running++
@@ -369,9 +391,13 @@ func (g *Group) exited(w *worker) {
 	finish := m.finishLocked()
 	g.startOneLocked(gp)
 	g.broadcastLocked()
+	done := g.settleLocked()
 	g.mu.Unlock()
 	if finish {
 		g.finishLeave(m)
+	}
+	if done {
+		g.broker.forgetRetired(g)
 	}
 }
 
@@ -408,10 +434,13 @@ func (g *Group) partitionsLocked(match func(*groupPartition) bool) string {
 }
 
 // Assignment returns each member's partitions. Members that own none are
-// present with an empty list.
+// present with an empty list; a deleted group has none.
 func (g *Group) Assignment() map[string][]int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.deleted.Load() != nil {
+		return map[string][]int{}
+	}
 	return g.assignmentLocked()
 }
 
@@ -419,12 +448,15 @@ func (g *Group) Assignment() map[string][]int {
 // stay in the log and the offsets where they are. The group is paused at
 // once; Pause waits for the deliveries in flight until ctx ends, and then
 // returns an error wrapping ctx's that names them. A no-op after the
-// broker stopped.
+// broker stopped; the deletion's error once the group was deleted.
 func (g *Group) Pause(ctx context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.stopped {
 		return nil
+	}
+	if err := g.deletedErr(); err != nil {
+		return err
 	}
 	g.paused = true
 	g.signalLocked(func(*groupPartition) bool { return true })
@@ -439,10 +471,14 @@ func (g *Group) Pause(ctx context.Context) error {
 // Resume restarts deliveries from the committed offsets. It does not wait
 // (its context is for engines that do): a partition whose delivery from
 // before the pause is still in flight restarts when that delivery ends. A
-// no-op after the broker stopped.
+// no-op after the broker stopped; the deletion's error once the group was
+// deleted.
 func (g *Group) Resume(context.Context) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if err := g.deletedErr(); err != nil && !g.stopped {
+		return err
+	}
 	g.paused = false
 	g.startLocked()
 	g.broker.notifyProgress() // Drain may have been told the group stalled
@@ -475,6 +511,9 @@ func (g *Group) noWorkerLocked(match func(*groupPartition) bool) func() bool {
 // moves nothing and returns an error wrapping ctx's. A seek starts a new
 // epoch: attempt counts start again.
 func (g *Group) Seek(ctx context.Context, partition int, offset int64) error {
+	if err := g.deletedErr(); err != nil {
+		return err
+	}
 	if partition < 0 || partition >= len(g.parts) {
 		return fmt.Errorf("%w: topic %q has no partition %d", ErrInvalid, g.topic.name, partition)
 	}
@@ -505,6 +544,9 @@ func (g *Group) reposition(ctx context.Context, match func(*groupPartition) bool
 	if g.stopped {
 		return ErrClosed
 	}
+	if err := g.deletedErr(); err != nil {
+		return err
+	}
 	for _, gp := range g.parts {
 		if match(gp) {
 			gp.holds++
@@ -515,6 +557,10 @@ func (g *Group) reposition(ctx context.Context, match func(*groupPartition) bool
 	if err != nil {
 		err = fmt.Errorf("moved nothing: deliveries still in flight on %s: %w",
 			g.partitionsLocked(func(gp *groupPartition) bool { return match(gp) && gp.w != nil }), err)
+	} else {
+		// Deleted while it waited: its cursors are sealed, and moving one
+		// would unseal it.
+		err = g.deletedErr()
 	}
 	for _, gp := range g.parts {
 		if !match(gp) {
@@ -532,17 +578,20 @@ func (g *Group) reposition(ctx context.Context, match func(*groupPartition) bool
 }
 
 // Committed returns the next offset the group will read from partition, or
-// -1 when the topic has no such partition.
+// -1 when the topic has no such partition or the group was deleted.
 func (g *Group) Committed(partition int) int64 {
-	if partition < 0 || partition >= len(g.parts) {
+	if partition < 0 || partition >= len(g.parts) || g.deleted.Load() != nil {
 		return -1
 	}
 	return g.parts[partition].cursor.Committed()
 }
 
 // Lag returns how many records, over all partitions, the group has yet to
-// commit.
+// commit: 0 once the group was deleted.
 func (g *Group) Lag() int64 {
+	if g.deleted.Load() != nil {
+		return 0
+	}
 	var lag int64
 	for _, gp := range g.parts {
 		lag += max(0, gp.part.End()-gp.cursor.Committed())
@@ -575,8 +624,12 @@ func (g *Group) Stats() GroupStats {
 	}
 }
 
-// DeadLetters returns the group's dead letters, oldest first.
+// DeadLetters returns the group's dead letters, oldest first: none once
+// the group was deleted.
 func (g *Group) DeadLetters() []DeadLetter {
+	if g.deleted.Load() != nil {
+		return nil
+	}
 	letters, _ := g.dlq.snapshot()
 	return letters
 }

@@ -74,7 +74,8 @@ type Partition struct {
 	base, next int64          // offsets of the oldest retained record and of the next one
 	cursors    []subscriber   // one per subscribed group: the low-water mark is their minimum
 	lowWater   int64          // a low-water mark the cursors were at or past; see reclaimLocked
-	sealed     bool           // Close began: appends fail with ErrClosed
+	sealed     bool           // Close began, or the topic was deleted: appends fail with sealErr
+	sealErr    error          // ErrClosed, or ErrTopicNotFound for a deleted topic
 	readers    []reader       // readers waiting for the next append; see Read
 	room       chan struct{}  // made by a producer that waits for room, closed when room may have appeared or on seal
 	stats      PartitionStats // Reclaimed, Dropped, Expired, Blocked, TimedOut
@@ -171,12 +172,13 @@ func (p *Partition) Read(offset int64, dst []*Record, c *Cursor, bell chan struc
 }
 
 // seal refuses further appends and wakes every blocked producer, which then
-// fails with ErrClosed. Reads go on, so groups can drain.
-func (p *Partition) seal() {
+// fails with why (ErrClosed, or ErrTopicNotFound when the topic was
+// deleted). Reads go on, so groups can drain. The first why stands.
+func (p *Partition) seal(why error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.sealed {
-		p.sealed = true
+		p.sealed, p.sealErr = true, why
 		p.wakeProducersLocked()
 	}
 }

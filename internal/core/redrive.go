@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -87,10 +86,14 @@ func (q *redriveQueue) pop() (redriven, bool) {
 // to be delivered again by its partition's worker, attempts counted from 1;
 // it returns how many it took (see engine.Redriver). It does not wait for
 // them to be delivered (Drain does); ctx is for engines that must reach a
-// server. match runs under no lock. After Close it fails with ErrClosed.
+// server. match runs under no lock. After Close it fails with ErrClosed,
+// and after the group was deleted with the deletion's error.
 func (g *Group) Redrive(_ context.Context, match func(*DeadLetter) bool) (int, error) {
 	if g.isStopped() {
 		return 0, ErrClosed
+	}
+	if err := g.deletedErr(); err != nil {
+		return 0, err
 	}
 	letters := g.dlq.take(match) // match runs here, under no lock
 	if len(letters) == 0 {
@@ -107,6 +110,10 @@ func (g *Group) Redrive(_ context.Context, match func(*DeadLetter) bool) (int, e
 			g.dlq.add(l)
 		}
 		return 0, ErrClosed
+	}
+	if err := g.deletedErr(); err != nil {
+		g.mu.Unlock()
+		return 0, err // deleted meanwhile: its letters are forgotten, these too
 	}
 	byPartition := make(map[int][]redriven)
 	for _, l := range letters {
@@ -146,20 +153,7 @@ func (q *deadLetters) take(match func(*DeadLetter) bool) []DeadLetter {
 			chosen[letters[i].Record] = true
 		}
 	}
-	if len(chosen) == 0 {
-		return nil
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	var out []DeadLetter
-	q.letters = slices.DeleteFunc(q.letters, func(l DeadLetter) bool {
-		if chosen[l.Record] {
-			out = append(out, l)
-			return true
-		}
-		return false
-	})
-	return out
+	return q.remove(chosen)
 }
 
 // redeliver delivers the redriven letters waiting on the worker's

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -37,6 +38,7 @@ type watchdog struct {
 type sample struct {
 	word     uint64
 	since    int64 // the tick that first saw word
+	seen     int64 // the tick that last sampled it: an older one's group was deleted
 	reported bool  // EventStuck was raised for this delivery
 	g        *Group
 	consumer string // the owner when it was reported
@@ -83,6 +85,7 @@ func (w *watchdog) sample() {
 				s = &sample{g: g}
 				w.samples[gp] = s
 			}
+			s.seen = w.tick
 			if word == s.word {
 				if state, _, _ := unpackProgress(word); state == InFlight && !s.reported &&
 					time.Duration(w.tick-s.since)*w.period >= w.after {
@@ -97,6 +100,9 @@ func (w *watchdog) sample() {
 			s.word, s.since, s.reported = word, w.tick, false
 		}
 	}
+	// A deleted group's partitions are no longer listed: forget them, so
+	// that groups made and deleted over and over cost nothing here.
+	maps.DeleteFunc(w.samples, func(_ *groupPartition, s *sample) bool { return s.seen != w.tick })
 	w.mu.Unlock()
 	if obs := w.b.obs; obs != nil {
 		for _, e := range events {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/logbus/logbus/internal/engine"
 )
@@ -20,6 +21,8 @@ type Topic struct {
 	// batch's worth, so a batch takes and gives back its records in one
 	// step each.
 	freeLists sync.Pool // of *[]*Record
+
+	deleted atomic.Bool // DeleteTopic deleted it: appends fail with ErrTopicNotFound
 }
 
 func newTopic(b *Broker, name string, spec TopicSpec) (*Topic, error) {
@@ -139,6 +142,9 @@ func (t *Topic) AppendBatch(ctx context.Context, partitions []int, recs []*Recor
 func (t *Topic) appendable(ctx context.Context, partitions []int, recs []*Record) error {
 	if t.broker.State() != Running {
 		return ErrClosed
+	}
+	if t.deleted.Load() {
+		return fmt.Errorf("%w: %q was deleted", ErrTopicNotFound, t.name)
 	}
 	if err := ctx.Err(); err != nil {
 		return err

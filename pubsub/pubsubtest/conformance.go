@@ -101,13 +101,21 @@ const (
 	// holds the records already there when the consumer looks, up to
 	// WithBatchSize.
 	Batches Capability = "batches"
+	// Delete: Broker.DeleteGroup and Broker.DeleteTopic delete groups and
+	// topics (an engine without it refuses them with pubsub.ErrInvalid).
+	// The cases that need it run in real time as well as in a bubble: none
+	// needs virtual time.
+	Delete Capability = "delete"
+	// DiscardDeadLetters: Group.DiscardDeadLetters drops dead letters (an
+	// engine without it refuses with pubsub.ErrInvalid).
+	DiscardDeadLetters Capability = "discard-dead-letters"
 )
 
 // AllCapabilities returns every Capability, in a new slice. The in-memory
 // engine of pubsub.NewBroker has them all.
 func AllCapabilities() []Capability {
 	return []Capability{Synctest, InjectedClock, CustomIDs, ExactBlock, ReclaimOnCommit, GiveBack, DropOldest, MaxAge, MaxBytes,
-		Snapshots, Observed, Redrive, StuckDetection, Batches}
+		Snapshots, Observed, Redrive, StuckDetection, Batches, Delete, DiscardDeadLetters}
 }
 
 // RunConformance checks that e keeps every guarantee of the logbus
@@ -224,5 +232,6 @@ func conformanceGroups() []confGroup {
 		{"Errors", errorCases()},
 		{"Typed keys", keyCases()},
 		{"Observability", observeCases()},
+		{"Deleting, discarding and Ping", deleteCases()},
 	}
 }
