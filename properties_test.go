@@ -14,17 +14,19 @@ import (
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
 	"github.com/logbus/logbus/pubsub/pubsubtest"
+	"github.com/logbus/logbus/pubsub/pubsubtest/conformance"
+	"github.com/logbus/logbus/pubsub/pubsubtest/properties"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestQueueProperties runs the property suite (pubsubtest.RunProperties)
+// TestQueueProperties runs the property suite (properties.RunProperties)
 // on the in-memory engine. RAPID_CHECKS=1000 runs it longer.
 func TestQueueProperties(t *testing.T) {
-	pubsubtest.RunProperties(t, pubsubtest.Engine{
+	properties.RunProperties(t, conformance.Engine{
 		Name:         "in-memory",
 		NewBroker:    pubsubtest.NewBroker,
-		Capabilities: pubsubtest.AllCapabilities(),
+		Capabilities: conformance.AllCapabilities(),
 	})
 }
 

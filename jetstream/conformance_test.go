@@ -3,7 +3,7 @@ package jetstream
 import (
 	"testing"
 
-	"github.com/logbus/logbus/pubsub/pubsubtest"
+	"github.com/logbus/logbus/pubsub/pubsubtest/conformance"
 )
 
 // TestConformance runs logbus's conformance suite on this engine, in real
@@ -17,9 +17,9 @@ import (
 // injected clock or virtual time, or counts bytes the server counts
 // differently.
 func TestConformance(t *testing.T) {
-	pubsubtest.RunConformance(t, pubsubtest.Engine{
+	conformance.RunConformance(t, conformance.Engine{
 		Name:         "jetstream",
 		NewBroker:    newBroker,
-		Capabilities: []pubsubtest.Capability{pubsubtest.DropOldest, pubsubtest.GiveBack, pubsubtest.ReclaimOnCommit, pubsubtest.Observed, pubsubtest.Snapshots, pubsubtest.Batches, pubsubtest.Redrive, pubsubtest.StuckDetection},
+		Capabilities: []conformance.Capability{conformance.DropOldest, conformance.GiveBack, conformance.ReclaimOnCommit, conformance.Observed, conformance.Snapshots, conformance.Batches, conformance.Redrive, conformance.StuckDetection},
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/logbus/logbus/pubsub/pubsubtest"
+	"github.com/logbus/logbus/pubsub/pubsubtest/conformance"
 )
 
 // The in-memory engine keeps every promise of the conformance suite. It runs
@@ -11,9 +12,9 @@ import (
 // run of this package) see what the suite checks through the public API:
 // batches, redrive, snapshots, stuck handlers.
 func TestConformance(t *testing.T) {
-	pubsubtest.RunConformance(t, pubsubtest.Engine{
+	conformance.RunConformance(t, conformance.Engine{
 		Name:         "memory",
 		NewBroker:    pubsubtest.NewBroker,
-		Capabilities: pubsubtest.AllCapabilities(),
+		Capabilities: conformance.AllCapabilities(),
 	})
 }

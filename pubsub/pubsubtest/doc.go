@@ -14,9 +14,14 @@
 //     wraps a handler), and Check verifies at-least-once, per-key order,
 //     exclusive ownership and that every redelivery is explained: for the
 //     failover tests of a distributed engine.
-//   - RunConformance checks a broker engine against every documented
-//     guarantee; RunProperties drives a model-based property suite against
-//     an engine that keeps every promise (the in-memory one does).
+//
+// Engine authors have two more packages, kept apart so that a user's test
+// binary does not carry them:
+// [github.com/logbus/logbus/pubsub/pubsubtest/conformance] checks an engine
+// against every documented guarantee, and
+// [github.com/logbus/logbus/pubsub/pubsubtest/properties] drives a
+// model-based property suite (built on pgregory.net/rapid) against an
+// engine that keeps every promise, as the in-memory one does.
 //
 // # Time
 //

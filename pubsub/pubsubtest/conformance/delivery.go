@@ -1,4 +1,4 @@
-package pubsubtest
+package conformance
 
 import (
 	"cmp"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 func orderingCases() []confCase {
@@ -20,7 +21,7 @@ func orderingCases() []confCase {
 		{name: "records with equal keys share a partition and reach every group in publish order", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders", pubsub.WithPartitions(4))
-			billing, audit := NewRecorder[string](), NewRecorder[string]()
+			billing, audit := pubsubtest.NewRecorder[string](), pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "billing", "b1", billing)
 			subscribe(c, topic, "billing", "b2", billing)
 			subscribe(c, topic, "audit", "a1", audit)
@@ -36,7 +37,7 @@ func orderingCases() []confCase {
 				}
 			}
 			c.drain(b)
-			for name, rec := range map[string]*Recorder[string]{"billing": billing, "audit": audit} {
+			for name, rec := range map[string]*pubsubtest.Recorder[string]{"billing": billing, "audit": audit} {
 				byKey := map[string][]string{}
 				for _, m := range rec.Messages() {
 					byKey[string(m.Key)] = append(byKey[string(m.Key)], m.Value)
@@ -173,7 +174,7 @@ func orderingCases() []confCase {
 		{name: "PublishBatch routes and orders records like one Publish each", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders", pubsub.WithPartitions(3))
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "billing", "b1", rec)
 			var entries []pubsub.Entry[string, string]
 			for i := range 5 {
@@ -210,9 +211,9 @@ func groupCases() []confCase {
 		{name: "every group sees every record once", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders", pubsub.WithPartitions(4))
-			recs := map[string]*Recorder[string]{}
+			recs := map[string]*pubsubtest.Recorder[string]{}
 			for _, g := range []string{"billing", "audit", "search"} {
-				recs[g] = NewRecorder[string]()
+				recs[g] = pubsubtest.NewRecorder[string]()
 				subscribe(c, topic, g, g+"-1", recs[g])
 			}
 			subscribe(c, topic, "search", "search-2", recs["search"])
@@ -395,8 +396,8 @@ func groupCases() []confCase {
 		{name: "Subscribe to an existing group returns the same Group, and so does Stream.Group", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
-			g1 := subscribe(c, topic, "billing", "b1", NewRecorder[string]())
-			g2 := subscribe(c, topic, "billing", "b2", NewRecorder[string]())
+			g1 := subscribe(c, topic, "billing", "b1", pubsubtest.NewRecorder[string]())
+			g2 := subscribe(c, topic, "billing", "b2", pubsubtest.NewRecorder[string]())
 			s := stream(c, topic, "billing", "b3")
 			if g1 != g2 || s.Group() != g1 {
 				c.Errorf("Subscribe twice and Stream gave groups %p, %p and %p, want one", g1, g2, s.Group())
@@ -473,7 +474,7 @@ func deliveryCases() []confCase {
 		{name: "a Message carries its topic, partition, offset, key, value, headers and Attempt 1", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders", pubsub.WithPartitions(2))
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "billing", "b1", rec)
 			headers := map[string]string{"trace": "abc", "tenant": "t1"}
 			before := time.Now()
@@ -506,7 +507,7 @@ func deliveryCases() []confCase {
 		{name: "a handler changing its Message changes nothing for another group", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "vandal", "v1", pubsub.HandlerFunc[string](func(_ context.Context, m pubsub.Message[string]) error {
 				if len(m.Key) > 0 {
 					m.Key[0] = '#'
@@ -561,7 +562,7 @@ func deliveryCases() []confCase {
 		{name: "WithIDs names each record with the next ID of the source", needs: []Capability{CustomIDs}, run: func(c *conf) {
 			b := c.broker(pubsub.WithIDs(&seqIDs{}))
 			topic := c.topic(b, "orders")
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "billing", "b1", rec)
 			for _, v := range []string{"a", "b", "c"} {
 				publishValue(c, topic, v)
@@ -576,10 +577,10 @@ func deliveryCases() []confCase {
 			}
 		}},
 		{name: "Message.Created is read from the broker's Clock", needs: []Capability{InjectedClock}, run: func(c *conf) {
-			clock := NewClock(clockStart)
+			clock := pubsubtest.NewClock(clockStart)
 			b := c.broker(pubsub.WithClock(clock))
 			topic := c.topic(b, "orders")
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "billing", "b1", rec)
 			publishValue(c, topic, "first")
 			clock.Advance(90 * time.Minute)

@@ -1,4 +1,4 @@
-package pubsubtest
+package conformance
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 // settledRounds is how often the suite acks (or nacks) a Stream delivery
@@ -198,7 +199,7 @@ func streamCases() []confCase {
 			if got := g.Committed(0); got != 0 {
 				c.Errorf("Committed(0) after the give-back and a late Ack: got %d, want 0", got)
 			}
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "workers", "w2", rec)
 			c.drain(b)
 			msgs := rec.Messages()
@@ -256,7 +257,7 @@ func streamCases() []confCase {
 			if got := g.Committed(0); got != 1 {
 				c.Errorf("Committed(0) once the held delivery was acked and C closed: got %d, want 1", got)
 			}
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, h.tp, "workers", "w2", rec)
 			c.drain(b)
 			if got := rec.Values(); len(got) != 1 || got[0] != "t2" {

@@ -1,4 +1,4 @@
-package pubsubtest
+package conformance
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 func retryCases() []confCase {
@@ -114,7 +115,7 @@ func retryCases() []confCase {
 			}
 		}},
 		{name: "a dead letter is dated by the broker's Clock", needs: []Capability{InjectedClock}, run: func(c *conf) {
-			clock := NewClock(clockStart)
+			clock := pubsubtest.NewClock(clockStart)
 			b := c.broker(pubsub.WithClock(clock))
 			topic := c.topic(b, "orders")
 			g := subscribe(c, topic, "billing", "b1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
@@ -185,7 +186,7 @@ func retryCases() []confCase {
 		{name: "a value the codec cannot decode never reaches the handler and is dead-lettered at once as a DecodeError", run: func(c *conf) {
 			b := c.broker(pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 5, BaseDelay: time.Millisecond}))
 			topic := newTopic(c, b, "orders", codec.String(), pickyStrings())
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "billing", "b1", rec)
 			publishValue(c, topic, "ok-1")
 			poison := publishValue(c, topic, "poison")

@@ -1,4 +1,4 @@
-package pubsubtest
+package conformance
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 // failureBound bounds every wait of the suite that a correct engine ends
@@ -192,7 +193,7 @@ func waitClosed[V any](c *conf, s *pubsub.Stream[V]) {
 	}
 }
 
-func waitFor[V any](c *conf, r *Recorder[V], n int) {
+func waitFor[V any](c *conf, r *pubsubtest.Recorder[V], n int) {
 	c.Helper()
 	if err := r.WaitFor(c.ctx(), n); err != nil {
 		c.Fatal(err)

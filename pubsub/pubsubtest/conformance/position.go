@@ -1,4 +1,4 @@
-package pubsubtest
+package conformance
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 func startCases() []confCase {
@@ -23,7 +24,7 @@ func startCases() []confCase {
 			if got := s.Group().Committed(0); got != 2 {
 				c.Errorf("a new group's Committed(0): got %d, want 2, the oldest retained record", got)
 			}
-			earliest := NewRecorder[string]()
+			earliest := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "earliest", "e1", earliest, pubsub.StartAt(pubsub.Earliest()))
 			var got []string
 			for range 3 {
@@ -49,7 +50,7 @@ func startCases() []confCase {
 			for i := range 3 {
 				publishValue(c, topic, fmt.Sprint("v", i))
 			}
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "g", "c1", rec, pubsub.StartAt(pubsub.Latest()))
 			if got := g.Committed(0); got != 3 {
 				c.Errorf("Committed(0) of a group starting at Latest: got %d, want 3", got)
@@ -78,10 +79,10 @@ func startCases() []confCase {
 				{7, nil},
 				{99, nil}, // past the end: starts at the end
 			}
-			recs := make([]*Recorder[string], len(starts))
+			recs := make([]*pubsubtest.Recorder[string], len(starts))
 			groups := make([]*pubsub.Group[string], len(starts))
 			for i, s := range starts {
-				recs[i] = NewRecorder[string]()
+				recs[i] = pubsubtest.NewRecorder[string]()
 				groups[i] = subscribe(c, topic, fmt.Sprint("at-", s.offset), "c1", recs[i], pubsub.StartAt(pubsub.AtOffset(s.offset)))
 			}
 			c.drain(b)
@@ -95,7 +96,7 @@ func startCases() []confCase {
 			}
 		}},
 		{name: "StartAt(AtTime(t)) starts at the first record created at or after t", needs: []Capability{InjectedClock}, run: func(c *conf) {
-			clock := NewClock(clockStart)
+			clock := pubsubtest.NewClock(clockStart)
 			b := c.broker(pubsub.WithClock(clock))
 			topic := c.topic(b, "events")
 			for i := range 5 { // v_i created at clockStart + i seconds
@@ -111,9 +112,9 @@ func startCases() []confCase {
 				{clockStart.Add(-time.Hour), []string{"v0", "v1", "v2", "v3", "v4", "new"}},
 				{clockStart.Add(time.Hour), []string{"new"}},
 			}
-			recs := make([]*Recorder[string], len(starts))
+			recs := make([]*pubsubtest.Recorder[string], len(starts))
 			for i, s := range starts {
-				recs[i] = NewRecorder[string]()
+				recs[i] = pubsubtest.NewRecorder[string]()
 				subscribe(c, topic, fmt.Sprint("g", i), "c1", recs[i], pubsub.StartAt(pubsub.AtTime(s.at)))
 			}
 			publishValue(c, topic, "new")
@@ -141,10 +142,10 @@ func startCases() []confCase {
 						}
 					}
 				}()
-				atOffset := NewRecorder[string]()
+				atOffset := pubsubtest.NewRecorder[string]()
 				subscribe(c, topic, "at-40", "c1", atOffset, pubsub.StartAt(pubsub.AtOffset(40)))
 				before := topic.Stats().Published
-				latest := NewRecorder[string]()
+				latest := pubsubtest.NewRecorder[string]()
 				subscribe(c, topic, "latest", "c1", latest, pubsub.StartAt(pubsub.Latest()))
 				after := topic.Stats().Published
 				<-done
@@ -252,7 +253,7 @@ func seekCases() []confCase {
 			for i := range 4 { // e2 and e3 stay; the end is 4
 				publishValue(c, topic, fmt.Sprint("e", i))
 			}
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "billing", "b1", rec)
 			c.drain(b)
 			for _, bad := range []struct {
@@ -375,7 +376,7 @@ func seekCases() []confCase {
 		{name: "Replay(Latest) moves a paused group past its backlog", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "billing", "b1", rec)
 			if err := g.Pause(c.ctx()); err != nil {
 				c.Fatalf("Pause: %v", err)
@@ -402,10 +403,10 @@ func seekCases() []confCase {
 			}
 		}},
 		{name: "Replay(AtTime(t)) moves a group to the first record created at or after t", needs: []Capability{InjectedClock}, run: func(c *conf) {
-			clock := NewClock(clockStart)
+			clock := pubsubtest.NewClock(clockStart)
 			b := c.broker(pubsub.WithClock(clock))
 			topic := c.topic(b, "events")
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "g", "c1", rec)
 			for i := range 4 {
 				publishValue(c, topic, fmt.Sprint("v", i))
@@ -423,7 +424,7 @@ func seekCases() []confCase {
 		{name: "Broker.Replay moves an existing group by name, and fails for an unknown one without moving anything", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "billing", "b1", rec)
 			publishValue(c, topic, "a")
 			publishValue(c, topic, "b")
@@ -451,7 +452,7 @@ func pauseCases() []confCase {
 		{name: "a paused group delivers nothing and keeps its offsets until Resume", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "billing", "b1", rec)
 			publishValue(c, topic, "a")
 			c.drain(b)
@@ -549,7 +550,7 @@ func pauseCases() []confCase {
 		{name: "pausing one group leaves the other groups delivering", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
-			paused, other := NewRecorder[string](), NewRecorder[string]()
+			paused, other := pubsubtest.NewRecorder[string](), pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "paused", "p1", paused)
 			subscribe(c, topic, "other", "o1", other)
 			if err := g.Pause(c.ctx()); err != nil {

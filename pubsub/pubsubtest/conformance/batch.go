@@ -1,4 +1,4 @@
-package pubsubtest
+package conformance
 
 import (
 	"context"

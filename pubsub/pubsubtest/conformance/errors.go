@@ -1,4 +1,4 @@
-package pubsubtest
+package conformance
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 func errorCases() []confCase {
@@ -16,7 +17,7 @@ func errorCases() []confCase {
 		{name: `every error wraps a pubsub sentinel or a context's error and says "logbus: " once, in front`, run: func(c *conf) {
 			b := c.broker()
 			orders := newTopic(c, b, "orders", pickyStrings(), pickyStrings())
-			g := subscribe(c, orders, "billing", "b1", NewRecorder[string](), pubsub.WithDeadLetterLimit(10))
+			g := subscribe(c, orders, "billing", "b1", pubsubtest.NewRecorder[string](), pubsub.WithDeadLetterLimit(10))
 			publish(c, orders, "k", "v")
 			c.drain(b)
 			jobsGate, fullGate := newGate(c, false), newGate(c, false)
@@ -29,7 +30,7 @@ func errorCases() []confCase {
 			c.wait("the delivery of j1", jobsGate.entered)
 			stalled := c.broker()
 			idle := c.topic(stalled, "idle")
-			paused := subscribe(c, idle, "paused", "p1", NewRecorder[string]())
+			paused := subscribe(c, idle, "paused", "p1", pubsubtest.NewRecorder[string]())
 			if err := paused.Pause(c.ctx()); err != nil {
 				c.Fatalf("Pause: %v", err)
 			}
@@ -172,7 +173,7 @@ func errorCases() []confCase {
 					c.Errorf("after joining with %s: Lag(%q) got %v, want ErrSubscription (no group)", tc.name, tc.group, err)
 				}
 			}
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "g", "c", rec)
 			c.drain(b)
 			if asg := g.Assignment(); len(asg) != 1 || rec.Len() != 1 {
@@ -199,7 +200,7 @@ func errorCases() []confCase {
 		{name: "a value or key the codec cannot encode fails the publish with ErrInvalid and appends nothing", run: func(c *conf) {
 			b := c.broker()
 			topic := newTopic(c, b, "orders", pickyStrings(), pickyStrings())
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "billing", "b1", rec)
 			publish(c, topic, "k", "first")
 			for name, err := range map[string]error{
@@ -250,7 +251,7 @@ func keyCases() []confCase {
 		{name: "Topic.Key decodes a delivered message's key with the topic's key codec", run: func(c *conf) {
 			b := c.broker()
 			topic := newTopic(c, b, "accounts", codec.Int[int64](), codec.String(), pubsub.WithPartitions(3))
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "g", "c1", rec)
 			want := map[string]int64{"a": 42, "b": -7, "c": 1 << 40}
 			for v, k := range want {
@@ -270,7 +271,7 @@ func keyCases() []confCase {
 		{name: "Topic.Key of a keyless message, or of key bytes its codec cannot decode, is ErrInvalid", run: func(c *conf) {
 			b := c.broker()
 			topic := newTopic(c, b, "accounts", codec.Int[int64](), codec.String())
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "g", "c1", rec)
 			publishValue(c, topic, "keyless")
 			c.drain(b)
@@ -291,7 +292,7 @@ func keyCases() []confCase {
 		{name: "a key that encodes to no bytes is still a key: hashed, and delivered as an empty, non-nil Key", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders", pubsub.WithPartitions(3))
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "g", "c1", rec)
 			for i := range 3 {
 				if pos := publish(c, topic, "", fmt.Sprint("keyed-", i)); pos.Partition != keyPartition("", 3) {

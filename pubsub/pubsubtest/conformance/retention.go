@@ -1,4 +1,4 @@
-package pubsubtest
+package conformance
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 func retentionCases() []confCase {
@@ -18,7 +19,7 @@ func retentionCases() []confCase {
 			topic := c.topic(b, "jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: shortWait}))
 			// "fast" subscribed first and commits everything, so naming the
 			// first group rather than the slowest names the wrong one.
-			fast := NewRecorder[string]()
+			fast := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "fast", "f1", fast)
 			stuck := newGate(c, false)
 			subscribe(c, topic, "stuck", "s1", stuck.handler())
@@ -111,8 +112,8 @@ func retentionCases() []confCase {
 		{name: "a full partition frees the records every group has committed, and a new group starts at the oldest one retained", needs: []Capability{ReclaimOnCommit}, run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: failureBound}))
-			subscribe(c, topic, "one", "c1", NewRecorder[string]())
-			subscribe(c, topic, "two", "c1", NewRecorder[string]())
+			subscribe(c, topic, "one", "c1", pubsubtest.NewRecorder[string]())
+			subscribe(c, topic, "two", "c1", pubsubtest.NewRecorder[string]())
 			for i := range 10 {
 				publishValue(c, topic, fmt.Sprint("j", i))
 			}
@@ -122,7 +123,7 @@ func retentionCases() []confCase {
 				c.Errorf("stats: got %+v, want Published 10, Retained 2, Reclaimed 8, nothing dropped or timed out", st)
 			}
 			c.accounted(st)
-			late := NewRecorder[string]()
+			late := pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "late", "l1", late)
 			c.drain(b)
 			if got, want := late.Values(), []string{"j8", "j9"}; !slices.Equal(got, want) {
@@ -145,7 +146,7 @@ func retentionCases() []confCase {
 				c.Errorf("stats: got %+v, want Published 10, Retained 4, Dropped 6, none Blocked or TimedOut", st)
 			}
 			c.accounted(st)
-			late := NewRecorder[string]()
+			late := pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "late", "l1", late)
 			c.drain(b)
 			var offsets []int64
@@ -162,7 +163,7 @@ func retentionCases() []confCase {
 		{name: "DropOldest evicts the oldest record without waiting, counted as Dropped, and as Skipped by a group that had not read it", needs: []Capability{DropOldest}, run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders", pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, OnFull: pubsub.DropOldest, BlockTimeout: failureBound}))
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			entered, release := make(chan struct{}), make(chan struct{})
 			c.Cleanup(func() {
 				select {
@@ -199,10 +200,10 @@ func retentionCases() []confCase {
 			}
 		}},
 		{name: "MaxAge trims records older than it, counted as Expired, and as Skipped by a group that had not read them", needs: []Capability{MaxAge, InjectedClock}, run: func(c *conf) {
-			clock := NewClock(clockStart)
+			clock := pubsubtest.NewClock(clockStart)
 			b := c.broker(pubsub.WithClock(clock))
 			topic := c.topic(b, "orders", pubsub.WithRetention(pubsub.Retention{MaxAge: time.Minute}))
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "billing", "b1", rec)
 			if err := g.Pause(c.ctx()); err != nil {
 				c.Fatalf("Pause: %v", err)

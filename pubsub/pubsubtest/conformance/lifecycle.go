@@ -1,4 +1,4 @@
-package pubsubtest
+package conformance
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 func drainCases() []confCase {
@@ -19,7 +20,7 @@ func drainCases() []confCase {
 			topic := c.topic(b, "orders", pubsub.WithPartitions(3))
 			var groups []*pubsub.Group[string]
 			for _, name := range []string{"billing", "audit"} {
-				groups = append(groups, subscribe(c, topic, name, name+"-1", NewRecorder[string]()))
+				groups = append(groups, subscribe(c, topic, name, name+"-1", pubsubtest.NewRecorder[string]()))
 			}
 			ends := map[int]int64{}
 			for i := range 30 {
@@ -46,9 +47,9 @@ func drainCases() []confCase {
 		{name: "Drain returns ErrStalled at once naming a paused group with lag, and ignores one without lag", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "billing", "b1", rec)
-			subscribe(c, topic, "audit", "a1", NewRecorder[string]())
+			subscribe(c, topic, "audit", "a1", pubsubtest.NewRecorder[string]())
 			publishValue(c, topic, "a")
 			c.drain(b)
 			if err := g.Pause(c.ctx()); err != nil {
@@ -77,7 +78,7 @@ func drainCases() []confCase {
 		{name: "Drain returns ErrStalled at once naming a group whose consumers all left", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
-			g := subscribe(c, topic, "billing", "b1", NewRecorder[string]())
+			g := subscribe(c, topic, "billing", "b1", pubsubtest.NewRecorder[string]())
 			if err := g.Leave(c.ctx(), "b1"); err != nil {
 				c.Fatalf("Leave: %v", err)
 			}
@@ -87,7 +88,7 @@ func drainCases() []confCase {
 			if !contains(err, `"billing"`) || errors.Is(err, context.DeadlineExceeded) {
 				c.Errorf("Drain: %v, want it to name group \"billing\" at once", err)
 			}
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "billing", "b2", rec)
 			c.drain(b)
 			if got, want := rec.Values(), []string{"a"}; !slices.Equal(got, want) {
@@ -119,7 +120,7 @@ func closeCases() []confCase {
 				c.Errorf("a new broker's state: got %v, want %v", s, pubsub.Running)
 			}
 			topic := newTopic(c, b, "orders", codec.String(), codec.Int[int](), pubsub.WithPartitions(3))
-			recs := []*Recorder[int]{NewRecorder[int](), NewRecorder[int]()}
+			recs := []*pubsubtest.Recorder[int]{pubsubtest.NewRecorder[int](), pubsubtest.NewRecorder[int]()}
 			groups := []*pubsub.Group[int]{subscribe(c, topic, "billing", "b1", recs[0]), subscribe(c, topic, "audit", "a1", recs[1])}
 			var want []int
 			for i := range 30 {
@@ -143,7 +144,7 @@ func closeCases() []confCase {
 		{name: "after Close every call that adds work fails with ErrClosed, and the reads keep working", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "billing", "b1", rec)
 			publishValue(c, topic, "before")
 			if err := b.Close(c.ctx()); err != nil {
@@ -318,7 +319,7 @@ func closeCases() []confCase {
 		{name: "Close with a paused group returns at once a ShutdownError wrapping ErrStalled", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "billing", "b1", rec)
 			publishValue(c, topic, "a")
 			c.drain(b)
@@ -345,7 +346,7 @@ func closeCases() []confCase {
 		{name: "Close is idempotent and safe to call concurrently: every call returns the first one's result", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
-			g := subscribe(c, topic, "billing", "b1", NewRecorder[string]())
+			g := subscribe(c, topic, "billing", "b1", pubsubtest.NewRecorder[string]())
 			if err := g.Pause(c.ctx()); err != nil {
 				c.Fatalf("Pause: %v", err)
 			}

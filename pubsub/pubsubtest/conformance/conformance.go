@@ -1,4 +1,4 @@
-package pubsubtest
+package conformance
 
 import (
 	"fmt"
@@ -16,8 +16,8 @@ type Engine struct {
 	// Name names the engine in skip messages and in the summary.
 	Name string
 	// NewBroker returns a running broker on a fresh, empty engine, built
-	// with opts, and registers its Close at tb's cleanup (as NewBroker in
-	// this package does). An engine may refuse options it cannot honour:
+	// with opts, and registers its Close at tb's cleanup (as
+	// [pubsubtest.NewBroker] does). An engine may refuse options it cannot honour:
 	// NewTopic then fails with an error wrapping pubsub.ErrInvalid. The
 	// suite only passes such options in subtests that need the matching
 	// Capability. NewBroker is called from the goroutine running the
@@ -126,10 +126,10 @@ func AllCapabilities() []Capability {
 // error contract and typed keys. An engine author calls it from a test:
 //
 //	func TestConformance(t *testing.T) {
-//		pubsubtest.RunConformance(t, pubsubtest.Engine{
+//		conformance.RunConformance(t, conformance.Engine{
 //			Name:         "remote",
 //			NewBroker:    newRemoteBroker,
-//			Capabilities: []pubsubtest.Capability{pubsubtest.CustomIDs},
+//			Capabilities: []conformance.Capability{conformance.CustomIDs},
 //		})
 //	}
 //
@@ -151,12 +151,12 @@ func AllCapabilities() []Capability {
 func RunConformance(t *testing.T, e Engine) {
 	t.Helper()
 	if e.NewBroker == nil {
-		t.Fatalf("pubsubtest: engine %q: NewBroker is nil", e.Name)
+		t.Fatalf("conformance: engine %q: NewBroker is nil", e.Name)
 	}
 	have := make(map[Capability]bool, len(e.Capabilities))
 	for _, c := range e.Capabilities {
 		if !slices.Contains(AllCapabilities(), c) {
-			t.Fatalf("pubsubtest: engine %q declares unknown capability %q; known: %v", e.Name, c, AllCapabilities())
+			t.Fatalf("conformance: engine %q declares unknown capability %q; known: %v", e.Name, c, AllCapabilities())
 		}
 		have[c] = true
 	}
@@ -181,10 +181,10 @@ func RunConformance(t *testing.T, e Engine) {
 		})
 	}
 	if len(skipped) == 0 {
-		t.Logf("pubsubtest: engine %q: %d conformance subtests, none skipped", e.Name, ran)
+		t.Logf("conformance: engine %q: %d conformance subtests, none skipped", e.Name, ran)
 		return
 	}
-	t.Logf("pubsubtest: engine %q: %d conformance subtests, %d skipped for lack of a capability:\n\t%s",
+	t.Logf("conformance: engine %q: %d conformance subtests, %d skipped for lack of a capability:\n\t%s",
 		e.Name, ran, len(skipped), strings.Join(skipped, "\n\t"))
 }
 

@@ -1,4 +1,4 @@
-package pubsubtest
+package conformance
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 // deleteCases checks the lifecycle beyond Close: deleting groups and
@@ -19,7 +20,7 @@ func deleteCases() []confCase {
 			topic := c.topic(b, "jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: 2 * failureBound}))
 			// The newcomer's case: a group nobody consumes any more holds
 			// every record, and a Block partition fills up behind it.
-			g := subscribe(c, topic, "abandoned", "a1", NewRecorder[string]())
+			g := subscribe(c, topic, "abandoned", "a1", pubsubtest.NewRecorder[string]())
 			if err := g.Leave(c.ctx(), "a1"); err != nil {
 				c.Fatalf("Leave: %v", err)
 			}
@@ -57,7 +58,7 @@ func deleteCases() []confCase {
 			topic := c.topic(b, "orders")
 			s := stream(c, topic, "billing", "b1", pubsub.WithGroupRetry(pubsub.RetryPolicy{MaxAttempts: 1}))
 			old := s.Group()
-			audit := NewRecorder[string]()
+			audit := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "audit", "a1", audit)
 			for _, v := range []string{"a", "b", "c"} {
 				publishValue(c, topic, v)
@@ -109,7 +110,7 @@ func deleteCases() []confCase {
 
 			// The name starts afresh: from the earliest record, with no
 			// offsets and no dead letters of the old group's.
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			fresh := subscribe(c, topic, "billing", "b2", rec)
 			if fresh == old {
 				c.Error("Subscribe after DeleteGroup returned the deleted group's handle")
@@ -146,7 +147,7 @@ func deleteCases() []confCase {
 			c.wait("the handler's return", stuck.returned)
 			// The late ack moved nothing: a group made under the name now
 			// starts from the earliest record.
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "billing", "b2", rec)
 			c.drain(b)
 			if got := rec.Values(); !slices.Equal(got, []string{"a"}) {
@@ -156,7 +157,7 @@ func deleteCases() []confCase {
 		{name: "DeleteTopic deletes its groups, its handles fail with ErrTopicNotFound also once the name is created again, which starts afresh", needs: deletes, run: func(c *conf) {
 			b := c.broker()
 			old := c.topic(b, "orders", pubsub.WithPartitions(2))
-			g := subscribe(c, old, "billing", "b1", NewRecorder[string]())
+			g := subscribe(c, old, "billing", "b1", pubsubtest.NewRecorder[string]())
 			s := stream(c, old, "audit", "a1")
 			publish(c, old, "k", "a")
 			if d := recv(c, s); d.Value != "a" {
@@ -171,7 +172,7 @@ func deleteCases() []confCase {
 			oldHandles := func(when string) {
 				c.Helper()
 				_, pubErr := old.Publish(c.ctx(), "k", "b")
-				_, subErr := old.Subscribe("billing", "b9", NewRecorder[string]())
+				_, subErr := old.Subscribe("billing", "b9", pubsubtest.NewRecorder[string]())
 				_, streamErr := old.Stream("fresh", "f1")
 				for name, err := range map[string]error{
 					"Topic.Publish":   pubErr,
@@ -205,7 +206,7 @@ func deleteCases() []confCase {
 				c.Errorf("the topic created again: %d partitions, %d published; want 3 and 0", n, st.Published)
 			}
 			oldHandles("once the name was created again")
-			rec := NewRecorder[string]()
+			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, again, "billing", "b1", rec)
 			publishValue(c, again, "x")
 			c.drain(b)
@@ -307,7 +308,7 @@ func deleteCases() []confCase {
 		{name: "Ping is nil while the broker runs; after Close, Ping and every lifecycle call fail with ErrClosed", run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
-			g := subscribe(c, topic, "billing", "b1", NewRecorder[string]())
+			g := subscribe(c, topic, "billing", "b1", pubsubtest.NewRecorder[string]())
 			if err := b.Ping(c.ctx()); err != nil {
 				c.Errorf("Ping on a running broker: got %v, want nil", err)
 			}
