@@ -59,8 +59,32 @@ func startWorker(g *Group, gp *groupPartition, m *member) *worker {
 	go func() {
 		defer g.exited(w)
 		w.run()
+		w.hold()
 	}()
 	return w
+}
+
+// hold keeps the partition until the group takes it back (stop) or Close
+// gives up on the handlers. A worker's loop ends early, without stop, only
+// when the handler gave a delivery back (ErrNotDelivered, ErrAbandoned):
+// its consumer is going away, but the group has not moved the partition
+// yet. Exiting then would make exited start a successor for the same
+// member at once, which would read the same record and be given it back
+// again, as often as the scheduler allows before the member's Leave takes
+// the group's lock (a closed Stream gave one unread delivery back hundreds
+// of times in one Close, raising the delivery hooks each time). Held, the
+// record waits, uncommitted, for the partition's next owner; meanwhile
+// the partition shows Pending, not a delivery in flight (which the stuck
+// watchdog would report).
+func (w *worker) hold() {
+	if w.stopping() {
+		return
+	}
+	w.gp.setState(Pending)
+	select {
+	case <-w.stop:
+	case <-w.g.broker.handlerCtx.Done():
+	}
 }
 
 // signal tells the worker to stop. Idempotent; the caller holds g.mu.
