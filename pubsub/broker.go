@@ -198,7 +198,9 @@ func (b *Broker) check(ctx context.Context) error {
 // return at once an error wrapping ErrStalled that names the group; when
 // ctx ends first, it returns an error wrapping ctx's that names the groups
 // left behind. Records published while Drain waits may or may not be
-// waited for.
+// waited for. After Close, records left behind can never be delivered:
+// Drain then returns an error wrapping ErrClosed that names their groups
+// (and nil when Close left nothing).
 func (b *Broker) Drain(ctx context.Context) error {
 	if err := b.check(ctx); err != nil {
 		return fail(err, "drain")
@@ -290,10 +292,14 @@ func (b *Broker) Group(group, topic string) (*Group[[]byte], error) {
 // Replay moves the cursors of an existing group on every partition of topic
 // to from; see Group.Replay. An unknown topic is ErrTopicNotFound, an
 // unknown group ErrSubscription: to start a new group somewhere other than
-// the earliest record, use StartAt.
+// the earliest record, use StartAt. Once Close began it fails with
+// ErrClosed, whatever the names.
 func (b *Broker) Replay(ctx context.Context, group, topic string, from Start) error {
 	if err := b.check(ctx); err != nil {
 		return fail(err, "replay group %q on topic %q", group, topic)
+	}
+	if b.eng.State() != engine.Running { // before the names: an unknown one is no more wrong than a known one now
+		return fail(ErrClosed, "replay group %q on topic %q", group, topic)
 	}
 	g, err := b.eng.Group(ctx, topic, group)
 	if err != nil {

@@ -240,12 +240,12 @@ func (t *Topic[K, V]) subscribe(group string, opts []SubscribeOption, join func(
 // until it is acked or nacked, or ctx ends. What each call leaves done when
 // ctx ends first is in its doc.
 //
-// After Broker.Close, Leave, Seek and Replay fail with ErrClosed, Pause and
-// Resume do nothing, and the methods that only read (Assignment,
-// Committed, Lag, Stats, DeadLetters) keep working. After
-// Broker.DeleteGroup every call that returns an error fails with
-// ErrSubscription (ErrTopicNotFound after Broker.DeleteTopic), and the
-// reads show an empty group; see there.
+// Once Broker.Close began, Seek, Replay and Redrive fail with ErrClosed;
+// after it, Leave does too (see ErrClosed), Pause and Resume do nothing,
+// and the methods that only read (Assignment, Committed, Lag, Stats,
+// DeadLetters) keep working. After Broker.DeleteGroup every call that
+// returns an error fails with ErrSubscription (ErrTopicNotFound after
+// Broker.DeleteTopic), and the reads show an empty group; see there.
 type Group[V any] struct {
 	eng    engine.Group
 	values codec.Codec[V]

@@ -229,11 +229,17 @@ func (t *Topic[K, V]) Name() string { return t.eng.Name() }
 // Partitions returns the number of partitions.
 func (t *Topic[K, V]) Partitions() int { return t.eng.Partitions() }
 
-// Position is where a published record landed.
+// Position is where a published record landed. A call that publishes
+// nothing returns Position{Partition: -1, Offset: -1}, which no record
+// ever has, with its error: a failed Publish or PublishValue, and the
+// publish hooks' report of a record that failed (HookPublished).
 type Position struct {
 	Partition int
 	Offset    int64
 }
+
+// noPosition is the Position of a record that was not published.
+var noPosition = Position{Partition: -1, Offset: -1}
 
 // PublishOption configures one Publish call.
 type PublishOption interface{ applyPublish(*publishConfig) }
@@ -263,7 +269,7 @@ func WithHeaders(h map[string]string) PublishOption { return headersOption(h) }
 func (t *Topic[K, V]) Publish(ctx context.Context, key K, value V, opts ...PublishOption) (Position, error) {
 	rec := t.eng.NewRecord()
 	if err := t.encodeKey(rec, key); err != nil {
-		return Position{}, fail(err, "publish to topic %q", t.Name())
+		return noPosition, fail(err, "publish to topic %q", t.Name())
 	}
 	return t.publish(ctx, rec, value, opts)
 }
@@ -281,24 +287,24 @@ func (t *Topic[K, V]) PublishValue(ctx context.Context, value V, opts ...Publish
 // publishes it.
 func (t *Topic[K, V]) publish(ctx context.Context, rec *engine.Record, value V, opts []PublishOption) (Position, error) {
 	if err := t.encodeValue(rec, value); err != nil {
-		return Position{}, fail(err, "publish to topic %q", t.Name())
+		return noPosition, fail(err, "publish to topic %q", t.Name())
 	}
 	if ctx == nil {
-		return Position{}, fail(errNilContext, "publish to topic %q", t.Name())
+		return noPosition, fail(errNilContext, "publish to topic %q", t.Name())
 	}
 	if len(opts) > 0 {
 		rec.Headers = maps.Clone(applyPublishOptions(opts).headers)
 	}
 	p, err := t.route(rec)
 	if err != nil {
-		return Position{}, fail(err, "publish to topic %q", t.Name())
+		return noPosition, fail(err, "publish to topic %q", t.Name())
 	}
 	if o := t.b.obs; o != nil && o.publishes {
 		return t.publishObserved(ctx, o, p, rec)
 	}
 	offset, err := t.eng.AppendOne(ctx, p, rec)
 	if err != nil {
-		return Position{}, fail(err, "publish to topic %q", t.Name())
+		return noPosition, fail(err, "publish to topic %q", t.Name())
 	}
 	return Position{Partition: p, Offset: offset}, nil
 }
@@ -312,7 +318,7 @@ func (t *Topic[K, V]) publishObserved(ctx context.Context, o *observer, p int, r
 	pos := Position{Partition: p}
 	var err error
 	if pos.Offset, err = t.eng.AppendOne(ctx, p, rec); err != nil {
-		pos, err = Position{}, fail(err, "publish to topic %q", t.Name())
+		pos, err = noPosition, fail(err, "publish to topic %q", t.Name())
 	} else {
 		info.ID = t.recordID(pos)
 	}
@@ -387,9 +393,11 @@ type Entry[K, V any] struct {
 
 // PublishBatch publishes entries in order, as Publish would one by one, and
 // returns where the records it published landed, in batch order: all of
-// them, or, with an error, the first len(positions) (the entries after
-// those are not in the log, and can be published again). Records with
-// equal keys keep their batch order, as with Publish.
+// them, or, with an error, the first len(positions), which are in the log
+// (none when the batch failed before anything was published); the entries
+// after those are not in the log, and can be published again. So every
+// position it returns is a real one. Records with equal keys keep their
+// batch order, as with Publish.
 //
 // A batch costs the producer less than as many Publish calls: the clock is
 // read once, so every record of the batch has the same Created, and each
@@ -469,7 +477,7 @@ func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int
 			infos[i].ID = t.recordID(positions[i])
 			t.b.obs.onPublished(hctxs[i], &infos[i], positions[i], nil)
 		} else {
-			t.b.obs.onPublished(hctxs[i], &infos[i], Position{}, err)
+			t.b.obs.onPublished(hctxs[i], &infos[i], noPosition, err)
 		}
 	}
 	if err != nil {
