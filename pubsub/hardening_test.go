@@ -6,6 +6,8 @@ package pubsub_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 
@@ -131,5 +133,127 @@ func TestDrainAfterCloseSaysClosedForWhatWasLeft(t *testing.T) {
 		if err := clean.Drain(context.Background()); err != nil {
 			t.Errorf("Drain after a Close that left nothing: %v, want nil", err)
 		}
+	})
+}
+
+// A nil option, which an option list built by code can hold, is
+// ErrInvalid from the call that got it, never a panic; and so is an
+// option given a zero that means nothing (a nil Clock, a batch of no
+// messages). Nothing is created or published.
+func TestNilAndMeaninglessOptionsAreErrInvalid(t *testing.T) {
+	type fixture struct {
+		b     *pubsub.Broker
+		topic *pubsub.Topic[string, string]
+	}
+	batch := pubsub.BatchHandlerFunc[string](func(context.Context, []pubsub.Message[string]) error { return nil })
+	tests := []struct {
+		name string
+		call func(f fixture) error
+	}{
+		{"NewBroker(nil)", func(fixture) error { return pubsub.NewBroker(nil).Err() }},
+		{"NewTopic on NewBroker(nil)", func(fixture) error {
+			_, err := pubsub.NewTopic(pubsub.NewBroker(pubsub.WithRetry(pubsub.RetryPolicy{}), nil), "t", codec.String(), codec.String())
+			return err
+		}},
+		{"WithClock(nil)", func(fixture) error { return pubsub.NewBroker(pubsub.WithClock(nil)).Err() }},
+		{"WithIDs(nil)", func(fixture) error { return pubsub.NewBroker(pubsub.WithIDs(nil)).Err() }},
+		{"WithEngine(nil)", func(fixture) error { return pubsub.NewBroker(pubsub.WithEngine(nil)).Err() }},
+		{"NewTopic(..., nil)", func(f fixture) error {
+			_, err := pubsub.NewTopic(f.b, "more", codec.String(), codec.String(), pubsub.WithPartitions(2), nil)
+			return err
+		}},
+		{"WithPartitioner(nil)", func(f fixture) error {
+			_, err := pubsub.NewTopic(f.b, "more", codec.String(), codec.String(), pubsub.WithPartitioner(nil))
+			return err
+		}},
+		{"Subscribe(..., nil)", func(f fixture) error {
+			_, err := f.topic.Subscribe("billing", "b1", nopHandler(), nil)
+			return err
+		}},
+		{"Stream(..., nil)", func(f fixture) error {
+			_, err := f.topic.Stream("billing", "b1", nil)
+			return err
+		}},
+		{"SubscribeBatch(..., nil)", func(f fixture) error {
+			_, err := f.topic.SubscribeBatch("billing", "b1", batch, pubsub.WithBatchSize(8), nil)
+			return err
+		}},
+		{"WithBatchSize(0)", func(f fixture) error {
+			_, err := f.topic.SubscribeBatch("billing", "b1", batch, pubsub.WithBatchSize(0))
+			return err
+		}},
+		{"WithBatchSize(-1)", func(f fixture) error {
+			_, err := f.topic.SubscribeBatch("billing", "b1", batch, pubsub.WithBatchSize(-1))
+			return err
+		}},
+		{"WithDeadLetterLimit(-1)", func(f fixture) error {
+			_, err := f.topic.Subscribe("billing", "b1", nopHandler(), pubsub.WithDeadLetterLimit(-1))
+			return err
+		}},
+		{"Publish(..., nil)", func(f fixture) error {
+			pos, err := f.topic.Publish(context.Background(), "k", "v", pubsub.WithHeaders(map[string]string{"a": "b"}), nil)
+			if want := (pubsub.Position{Partition: -1, Offset: -1}); pos != want {
+				t.Errorf("position of the failed publish: got %+v, want %+v", pos, want)
+			}
+			return err
+		}},
+		{"PublishValue(..., nil)", func(f fixture) error {
+			_, err := f.topic.PublishValue(context.Background(), "v", nil)
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t)
+				topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+				err := func() (err error) {
+					defer func() {
+						if v := recover(); v != nil {
+							err = fmt.Errorf("panicked: %v", v)
+						}
+					}()
+					return tt.call(fixture{b, topic})
+				}()
+				wantErrIs(t, tt.name, err, pubsub.ErrInvalid)
+				if err != nil && !strings.HasPrefix(err.Error(), "logbus: ") {
+					t.Errorf("%s: %q does not say it is logbus's", tt.name, err)
+				}
+				snap := b.Snapshot()
+				if len(snap.Topics) != 1 || len(snap.Topics[0].Groups) != 0 || topic.Stats().Published != 0 {
+					t.Errorf("after a failed %s: snapshot %+v, want the one topic, no group, nothing published", tt.name, snap)
+				}
+			})
+		})
+	}
+}
+
+// WithDeadLetterLimit(0) keeps no dead letters: a record given up on is
+// still counted as dead-lettered and as evicted, and raises the hook, but
+// DeadLetters stays empty. (0 used to mean the default, 1024.)
+func TestDeadLetterLimitZeroKeepsNone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ev := &events{}
+		b := newBroker(t, pubsub.WithHooks(ev))
+		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		fail := pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
+			return fmt.Errorf("no: %w", pubsub.ErrPermanent)
+		})
+		g := mustSubscribe(t, topic, "billing", "b1", fail, pubsub.WithDeadLetterLimit(0))
+		mustPublishValue(t, topic, "1")
+		mustPublishValue(t, topic, "2")
+		drain(t, b)
+		if st := g.Stats(); st.DeadLettered != 2 || st.DeadLettersEvicted != 2 {
+			t.Errorf("stats %+v, want 2 dead-lettered and 2 evicted", st)
+		}
+		if letters := g.DeadLetters(); len(letters) != 0 {
+			t.Errorf("DeadLetters: %d kept, want none", len(letters))
+		}
+		if got := ev.with("dead letter"); len(got) != 2 || !strings.Contains(got[0], "evicted=true") {
+			t.Errorf("dead-letter hooks: %q, want two, each evicted", got)
+		}
+		// A group that joins with another limit is told it differs.
+		_, err := topic.Subscribe("billing", "b2", fail, pubsub.WithDeadLetterLimit(1024))
+		wantErrIs(t, "joining with WithDeadLetterLimit(1024)", err, pubsub.ErrSubscription)
 	})
 }

@@ -66,6 +66,14 @@ type topicConfig struct {
 	engine.TopicSpec
 	partitionsSet bool
 	partitioner   Partitioner
+	err           error // the first invalid option, reported by NewTopic
+}
+
+// invalid records err unless an earlier option was invalid already.
+func (c *topicConfig) invalid(err error) {
+	if c.err == nil {
+		c.err = err
+	}
 }
 
 type topicOptionFunc func(*topicConfig)
@@ -202,8 +210,15 @@ func NewTopic[K, V any](b *Broker, name string, keys codec.Codec[K], values code
 		return nil, fail(fmt.Errorf("%w: nil value codec", ErrInvalid), "new topic %q", name)
 	}
 	var cfg topicConfig
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			cfg.invalid(fmt.Errorf("%w: option %d is nil", ErrInvalid, i))
+			continue
+		}
 		o.applyTopic(&cfg)
+	}
+	if cfg.err != nil {
+		return nil, fail(cfg.err, "new topic %q", name)
 	}
 	if cfg.partitionsSet && cfg.Partitions < 1 {
 		return nil, fail(fmt.Errorf("%w: %d partitions, want at least 1", ErrInvalid, cfg.Partitions), "new topic %q", name)
@@ -293,7 +308,11 @@ func (t *Topic[K, V]) publish(ctx context.Context, rec *engine.Record, value V, 
 		return noPosition, fail(errNilContext, "publish to topic %q", t.Name())
 	}
 	if len(opts) > 0 {
-		rec.Headers = maps.Clone(applyPublishOptions(opts).headers)
+		cfg, err := applyPublishOptions(opts)
+		if err != nil {
+			return noPosition, fail(err, "publish to topic %q", t.Name())
+		}
+		rec.Headers = maps.Clone(cfg.headers)
 	}
 	p, err := t.route(rec)
 	if err != nil {
@@ -519,13 +538,16 @@ func putBatchScratch(s *batchScratch) {
 
 // applyPublishOptions is apart from publish so that the config, which the
 // options reach through an interface and so escapes, is allocated only
-// when there are options.
-func applyPublishOptions(opts []PublishOption) publishConfig {
+// when there are options. A nil option is ErrInvalid.
+func applyPublishOptions(opts []PublishOption) (publishConfig, error) {
 	var cfg publishConfig
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return cfg, fmt.Errorf("%w: option %d is nil", ErrInvalid, i)
+		}
 		o.applyPublish(&cfg)
 	}
-	return cfg
+	return cfg, nil
 }
 
 // TopicStats counts what happened to a topic's records, over all partitions.

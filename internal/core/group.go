@@ -181,6 +181,8 @@ func newGroup(b *Broker, t *Topic, name string, cfg GroupSpec) (*Group, error) {
 	}
 	limit := cfg.DeadLetterLimit
 	switch {
+	case limit == engine.NoDeadLetters:
+		limit = 0 // every letter is evicted as it comes
 	case limit < 0:
 		return nil, fmt.Errorf("%w: dead-letter limit %d is negative", ErrInvalid, limit)
 	case limit == 0:

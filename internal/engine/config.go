@@ -213,7 +213,7 @@ func (c TopicSpec) Resolve(name string) (TopicSpec, error) {
 // GroupSpec is what a group is created with. Zero fields mean the defaults.
 type GroupSpec struct {
 	Retry           RetryPolicy // zero: the broker's policy
-	DeadLetterLimit int         // dead letters kept, oldest evicted first; default 1024
+	DeadLetterLimit int         // dead letters kept, oldest evicted first; 0: DefaultDeadLetterLimit; NoDeadLetters: none
 	Start           Start       // where the group begins in every partition; zero: Earliest
 }
 
@@ -297,6 +297,13 @@ type DeadLetter struct {
 
 // DefaultDeadLetterLimit is how many dead letters a group keeps by default.
 const DefaultDeadLetterLimit = 1024
+
+// NoDeadLetters is the DeadLetterLimit of a group that keeps no dead
+// letters (pubsub.WithDeadLetterLimit(0)): each record it gives up on is
+// counted as dead-lettered and as evicted at once, and observed, but not
+// kept. An engine that cannot honour it refuses it with ErrInvalid, as it
+// does any other negative limit.
+const NoDeadLetters = -1
 
 // State is a broker's lifecycle stage.
 type State int32
