@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
@@ -255,5 +256,65 @@ func TestDeadLetterLimitZeroKeepsNone(t *testing.T) {
 		// A group that joins with another limit is told it differs.
 		_, err := topic.Subscribe("billing", "b2", fail, pubsub.WithDeadLetterLimit(1024))
 		wantErrIs(t, "joining with WithDeadLetterLimit(1024)", err, pubsub.ErrSubscription)
+	})
+}
+
+// Headers count toward MaxBytes, as RetainedBytes shows: a partition
+// bounded by bytes evicts (DropOldest), waits for room and gives up
+// (Block), or refuses at once (a record that alone is too large) by the
+// bytes of its headers too. Uncounted, a 64 KiB partition held 255 MiB of
+// headers.
+func TestHeadersCountTowardMaxBytes(t *testing.T) {
+	trace := pubsub.WithHeaders(map[string]string{"trace": "0123456789"}) // 15 bytes
+	// Each record is "k" + "v" + 15 bytes of headers: 17 bytes; two do
+	// not fit in 20, where two without headers (4 bytes) would.
+	t.Run("DropOldest evicts by header bytes", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := newBroker(t)
+			topic := mustTopic(t, b, "t", codec.String(), codec.String(),
+				pubsub.WithRetention(pubsub.Retention{MaxBytes: 20, OnFull: pubsub.DropOldest}))
+			mustSubscribe(t, topic, "g", "c", nopHandler())
+			mustPublish(t, topic, "k", "v", trace)
+			if s := topic.Stats(); s.RetainedBytes != 17 {
+				t.Errorf("after one record: RetainedBytes %d, want 17 (key 1 + value 1 + headers 15)", s.RetainedBytes)
+			}
+			mustPublish(t, topic, "k", "v", trace)
+			if s := topic.Stats(); s.Retained != 1 || s.RetainedBytes != 17 || s.Dropped != 1 {
+				t.Errorf("after two records: stats %+v, want 1 retained (17 bytes) and 1 dropped", s)
+			}
+		})
+	})
+	t.Run("Block waits for room by header bytes", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := newBroker(t)
+			topic := mustTopic(t, b, "t", codec.String(), codec.String(),
+				pubsub.WithRetention(pubsub.Retention{MaxBytes: 20, BlockTimeout: time.Second}))
+			release := make(chan struct{})
+			rec := recorder[string]{fail: func(context.Context, pubsub.Message[string]) error {
+				<-release // the group commits nothing until the test lets go
+				return nil
+			}}
+			mustSubscribe(t, topic, "g", "c", &rec)
+			mustPublish(t, topic, "k", "v", trace)
+			_, err := topic.Publish(context.Background(), "k", "v", trace)
+			wantErrIs(t, "a second 17-byte record into MaxBytes 20", err, pubsub.ErrBackpressure)
+			if err != nil && !strings.Contains(err.Error(), "full at 17 of 20 bytes (MaxBytes) with 17 more to store") {
+				t.Errorf("the error %q does not count the headers", err)
+			}
+			close(release)
+		})
+	})
+	t.Run("a record whose headers alone exceed MaxBytes is refused", func(t *testing.T) {
+		b := newBroker(t)
+		topic := mustTopic(t, b, "t", codec.String(), codec.String(),
+			pubsub.WithRetention(pubsub.Retention{MaxBytes: 16}))
+		pos, err := topic.Publish(context.Background(), "k", "v", trace)
+		wantErrIs(t, "a 17-byte record into MaxBytes 16", err, pubsub.ErrInvalid)
+		if want := "a record of 17 bytes (key 1 + value 1 + headers 15) can never fit in MaxBytes 16"; err != nil && !strings.Contains(err.Error(), want) {
+			t.Errorf("got %q, want it to say %q", err, want)
+		}
+		if pos != (pubsub.Position{Partition: -1, Offset: -1}) || topic.Stats().Published != 0 {
+			t.Errorf("position %+v, stats %+v: want nothing published", pos, topic.Stats())
+		}
 	})
 }

@@ -111,7 +111,7 @@ func (f FullPolicy) String() string { return engine.FullPolicy(f).String() }
 // Retention bounds each partition of a topic. Zero fields mean the defaults.
 //
 // A partition holds at most MaxMessages records and, with MaxBytes, at
-// most MaxBytes bytes of keys and values. Records are not freed when
+// most MaxBytes bytes of keys, values and headers. Records are not freed when
 // acked, so a group can replay them; they are freed when the partition is
 // full and every group has committed past them, or when MaxAge passes. A
 // full partition that no group reads trims its oldest record, whatever
@@ -133,7 +133,8 @@ func (f FullPolicy) String() string { return engine.FullPolicy(f).String() }
 //
 // So a topic holds at most about partitions × (10 KiB + MaxMessages × (140
 // bytes + key + value)): 4 partitions of 1024 records of 1 KiB take about
-// 4.6 MiB. MaxBytes bounds the keys and values, not the 140 bytes. With
+// 4.6 MiB. MaxBytes bounds the keys, values and headers, not the 140
+// bytes. With
 // codecs that can append (codec.Appender: Bytes, RawBytes, String, Int) a
 // new record reuses the buffers of a freed one, which keep their capacity
 // up to 1 KiB: there the key and value to count are the largest ones, up
@@ -155,14 +156,15 @@ type Retention struct {
 	// BlockTimeout is how long a Block partition makes Publish wait for
 	// room. Default 1s.
 	BlockTimeout time.Duration
-	// MaxBytes is a bound on the key+value bytes a partition retains; 0
-	// means no byte bound; < 0 is ErrInvalid. A partition is full when
-	// either bound is reached, and frees (or, under Block, waits for) as
-	// many of its oldest records as a new record needs to fit. Headers and
-	// bookkeeping are not counted. A record whose key and value alone
-	// exceed MaxBytes could never fit: its Publish fails at once with
-	// ErrInvalid, and a PublishBatch holding one fails before anything is
-	// published.
+	// MaxBytes is a bound on the bytes a partition retains: each record
+	// counts its key, its value, and the keys and values of its headers
+	// (bookkeeping is not counted); 0 means no byte bound; < 0 is
+	// ErrInvalid. A partition is full when either bound is reached, and
+	// frees (or, under Block, waits for) as many of its oldest records as
+	// a new record needs to fit. A record that alone exceeds MaxBytes
+	// could never fit: its Publish fails at once with ErrInvalid, and a
+	// PublishBatch holding one fails before anything is published. Headers
+	// a HookPublish adds count too.
 	MaxBytes int64
 }
 
@@ -362,9 +364,9 @@ func (t *Topic[K, V]) route(rec *engine.Record) (int, error) {
 	if p < 0 || p >= n {
 		return 0, fmt.Errorf("%w: partitioner chose partition %d of %d", ErrInvalid, p, n)
 	}
-	if size := int64(len(rec.Key) + len(rec.Value)); t.maxBytes > 0 && size > t.maxBytes {
-		return 0, fmt.Errorf("%w: partition %d: a record of %d bytes (key %d + value %d) can never fit in MaxBytes %d",
-			ErrInvalid, p, size, len(rec.Key), len(rec.Value), t.maxBytes)
+	if t.maxBytes > 0 && engine.RecordBytes(rec) > t.maxBytes {
+		return 0, fmt.Errorf("%w: partition %d: a record of %s can never fit in MaxBytes %d",
+			ErrInvalid, p, engine.DescribeSize(rec), t.maxBytes)
 	}
 	return p, nil
 }
@@ -556,8 +558,9 @@ func applyPublishOptions(opts []PublishOption) (publishConfig, error) {
 type TopicStats struct {
 	Published int64 // records appended (the sum of the partitions' end offsets)
 	Retained  int   // records held now
-	// RetainedBytes is the key and value bytes of the records held now,
-	// what Retention.MaxBytes bounds in each partition.
+	// RetainedBytes is the bytes of the records held now as
+	// Retention.MaxBytes counts them (keys, values and headers), what it
+	// bounds in each partition.
 	RetainedBytes int64
 	Reclaimed     int64 // records freed after every group had committed past them
 	Dropped       int64 // records shed by DropOldest, or trimmed from a full partition that no group reads

@@ -64,10 +64,11 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		p.expireLocked(now)
 		stored := n
 		for n < len(recs) {
-			if !p.roomLocked(recordBytes(recs[n]), freed) {
+			size := recordBytes(recs[n])
+			if !p.roomLocked(size, freed) {
 				break
 			}
-			offsets[n] = p.storeLocked(recs[n])
+			offsets[n] = p.storeLocked(recs[n], size)
 			n++
 		}
 		if n > stored {
@@ -142,7 +143,7 @@ func (p *Partition) release(rec *Record, freed *[]*Record) {
 	}
 }
 
-// roomLocked makes room for a record of need key and value bytes if the
+// roomLocked makes room for a record of need bytes (recordBytes) if the
 // retention allows it, and reports whether there is room. It frees the
 // oldest records, as many as it takes: it reclaims what every group has
 // committed, trims what no group reads (while no group is subscribed), or,
@@ -191,9 +192,9 @@ func (p *Partition) fitsLocked(need int64) bool {
 	return p.size < p.ring.size() && (p.ret.MaxBytes == 0 || p.bytes+need <= p.ret.MaxBytes)
 }
 
-// recordBytes is what a record counts against MaxBytes: its key and value.
-// Headers, and the record's own bookkeeping, are not counted.
-func recordBytes(rec *Record) int64 { return int64(len(rec.Key) + len(rec.Value)) }
+// recordBytes is what a record counts against MaxBytes: its key, value
+// and headers (engine.RecordBytes).
+func recordBytes(rec *Record) int64 { return engine.RecordBytes(rec) }
 
 // tooLarge fails a record that could never fit under MaxBytes, even in an
 // empty log: it must fail at once, not wait or evict everything first. It
@@ -201,21 +202,22 @@ func recordBytes(rec *Record) int64 { return int64(len(rec.Key) + len(rec.Value)
 // spares the others a call per record.
 func (p *Partition) tooLarge(rec *Record) error {
 	if size := recordBytes(rec); size > p.ret.MaxBytes {
-		return fmt.Errorf("%w: topic %q partition %d: a record of %d bytes (key %d + value %d) can never fit in MaxBytes %d",
-			ErrInvalid, p.topic, p.index, size, len(rec.Key), len(rec.Value), p.ret.MaxBytes)
+		return fmt.Errorf("%w: topic %q partition %d: a record of %s can never fit in MaxBytes %d",
+			ErrInvalid, p.topic, p.index, engine.DescribeSize(rec), p.ret.MaxBytes)
 	}
 	return nil
 }
 
-// storeLocked puts rec at the end of the log and returns its offset.
-// Readers see it once publishLocked moves the end past it.
-func (p *Partition) storeLocked(rec *Record) int64 {
+// storeLocked puts rec, of size bytes (recordBytes), at the end of the
+// log and returns its offset. Readers see it once publishLocked moves the
+// end past it.
+func (p *Partition) storeLocked(rec *Record, size int64) int64 {
 	offset := p.next
 	rec.Offset = offset
 	p.ring.store(offset, rec)
 	p.size++
 	p.next++
-	p.bytes += recordBytes(rec)
+	p.bytes += size
 	return offset
 }
 
