@@ -81,6 +81,12 @@ func (f batchOption) applySubscribe(c *subscribeConfig) { f(c) }
 // overriding the default of 64: 1 to 4096; anything else, 0 included, is
 // ErrInvalid. It is the consumer's own, not the group's: consumers of one
 // group may differ. Only SubscribeBatch takes it.
+//
+// Memory follows what the consumer reads, not n: for each partition it
+// serves, the consumer keeps room for the largest batch it has delivered
+// there (about 160 bytes a message, plus what the messages' values hold),
+// which a partition that never has more than a few records waiting keeps
+// small whatever n is. n bounds it.
 func WithBatchSize(n int) SubscribeOption {
 	return batchOption(func(c *subscribeConfig) {
 		c.batch.MaxSize, c.batchSize = n, true

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -317,4 +318,28 @@ func TestHeadersCountTowardMaxBytes(t *testing.T) {
 			t.Errorf("position %+v, stats %+v: want nothing published", pos, topic.Stats())
 		}
 	})
+}
+
+// A batch consumer's memory follows what it reads: SubscribeBatch with
+// WithBatchSize(4096) on 1,024 partitions allocated 4096 slots per
+// partition at once (96 MiB here; 1.56 GiB on 16,384 partitions); now a
+// partition's room grows with the batches it delivers. The bound allows
+// each partition a few KiB for its worker and bookkeeping.
+func TestBatchConsumerMemoryFollowsWhatItReads(t *testing.T) {
+	const partitions = 1024
+	b := newBroker(t)
+	topic := mustTopic(t, b, "t", codec.String(), codec.String(), pubsub.WithPartitions(partitions))
+	batch := pubsub.BatchHandlerFunc[string](func(context.Context, []pubsub.Message[string]) error { return nil })
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if _, err := topic.SubscribeBatch("g", "c", batch, pubsub.WithBatchSize(4096)); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	const bound = partitions * 4 << 10
+	got := after.TotalAlloc - before.TotalAlloc
+	t.Logf("SubscribeBatch allocated %d KiB (%d bytes a partition)", got>>10, got/partitions)
+	if got > bound {
+		t.Errorf("SubscribeBatch(WithBatchSize(4096)) on %d partitions allocated %d KiB, want at most %d KiB", partitions, got>>10, bound>>10)
+	}
 }

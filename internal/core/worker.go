@@ -37,9 +37,11 @@ type worker struct {
 	delivery Delivery // handed to the handler; see call
 
 	// A batch consumer's worker reads into recs instead of buf (see
-	// runBatches) and hands over batch.
+	// runBatches) and hands over batch. recs and ids grow with what the
+	// partition has to deliver, up to limit (see fit).
 	recs  []*Record
 	ids   []string
+	limit int // the most records a batch holds: MaxSize, or fewer when the partition holds fewer
 	batch Batch
 	one   [1]*Record  // a redriven letter, handed over alone (callOne)
 	wait  *time.Timer // MaxWait, made on first use
@@ -50,7 +52,7 @@ func startWorker(g *Group, gp *groupPartition, m *member) *worker {
 	w := &worker{g: g, gp: gp, m: m, stop: make(chan struct{}), bell: make(chan struct{}, 1)}
 	w.delivery = Delivery{Topic: g.topic.name, Partition: gp.index, Revoked: w.stop}
 	if m.batch != nil {
-		w.recs, w.ids = make([]*Record, m.spec.MaxSize), make([]string, m.spec.MaxSize)
+		w.limit = min(m.spec.MaxSize, gp.part.ring.size())
 		w.batch = Batch{Topic: g.topic.name, Partition: gp.index, Revoked: w.stop}
 	}
 	// The goroutine exits when stop is closed, after its current delivery;
