@@ -343,3 +343,111 @@ func TestBatchConsumerMemoryFollowsWhatItReads(t *testing.T) {
 		t.Errorf("SubscribeBatch(WithBatchSize(4096)) on %d partitions allocated %d KiB, want at most %d KiB", partitions, got>>10, bound>>10)
 	}
 }
+
+// traceKey stands for what tracing puts in a handler's context.
+type traceKey struct{}
+
+// A handler that publishes into the partition its own group keeps full
+// would wait for itself: its record is committed only once it returns.
+// When that is certain (the handler's ctx, its partition, its group holding
+// the oldest record, no MaxAge) Publish fails at once with ErrBackpressure
+// naming the group; it waited out the whole BlockTimeout. When it is not
+// (another ctx, another group holding the oldest record, a MaxAge that can
+// make room) it still waits BlockTimeout.
+func TestAHandlerPublishingIntoItsOwnFullPartition(t *testing.T) {
+	const timeout = time.Hour
+	type result struct {
+		err    error
+		waited time.Duration
+	}
+	tests := []struct {
+		name string
+		ret  pubsub.Retention
+		// ctxOf is the context the handler publishes with.
+		ctxOf func(handler context.Context) context.Context
+		// other, when set, is a second group that holds record 0 unread.
+		other     bool
+		batch     bool
+		wantFast  bool
+		wantGroup string
+	}{
+		{name: "with the handler's ctx", ctxOf: func(h context.Context) context.Context { return h }, wantFast: true, wantGroup: "billing"},
+		{name: "with a ctx derived from the handler's", ctxOf: func(h context.Context) context.Context {
+			return context.WithValue(context.WithValue(h, traceKey{}, "a span"), traceKey{}, "its child")
+		}, wantFast: true, wantGroup: "billing"},
+		{name: "from a batch handler", batch: true, ctxOf: func(h context.Context) context.Context { return h }, wantFast: true, wantGroup: "billing"},
+		{name: "with a context of another origin", ctxOf: func(context.Context) context.Context { return context.Background() }, wantGroup: "billing"},
+		{name: "while another group holds the oldest record", other: true, ctxOf: func(h context.Context) context.Context { return h }, wantGroup: "audit"},
+		{name: "with a MaxAge that can make room", ret: pubsub.Retention{MaxAge: 100 * timeout},
+			ctxOf: func(h context.Context) context.Context { return h }, wantGroup: "billing"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBroker(t)
+				ret := tt.ret
+				ret.MaxMessages, ret.BlockTimeout = 2, timeout
+				topic := mustTopic(t, b, "orders", codec.String(), codec.String(), pubsub.WithRetention(ret))
+				// The partition is full with "0" and "1" before any group
+				// reads it; the handler publishes while it handles
+				// trigger, so that its group holds the oldest record ("0")
+				// unless another group holds it too.
+				if _, err := topic.PublishValues(context.Background(), []string{"0", "1"}); err != nil {
+					t.Fatal(err)
+				}
+				trigger := "0"
+				release := make(chan struct{})
+				if tt.other {
+					// audit holds "0" until the end; billing publishes
+					// from the handler of "1", having committed "0".
+					trigger = "1"
+					mustSubscribe(t, topic, "audit", "a1", &recorder[string]{fail: func(context.Context, pubsub.Message[string]) error {
+						<-release
+						return nil
+					}})
+				}
+				results := make(chan result, 1)
+				publishFrom := func(ctx context.Context, value string) {
+					if value != trigger {
+						return
+					}
+					start := time.Now()
+					_, err := topic.Publish(tt.ctxOf(ctx), "k", "from the handler")
+					results <- result{err, time.Since(start)}
+				}
+				if tt.batch {
+					_, err := topic.SubscribeBatch("billing", "b1", pubsub.BatchHandlerFunc[string](func(ctx context.Context, msgs []pubsub.Message[string]) error {
+						for _, m := range msgs {
+							publishFrom(ctx, m.Value)
+						}
+						return nil
+					}))
+					if err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					mustSubscribe(t, topic, "billing", "b1", pubsub.HandlerFunc[string](func(ctx context.Context, m pubsub.Message[string]) error {
+						publishFrom(ctx, m.Value)
+						return nil
+					}))
+				}
+				r := <-results
+				close(release)
+				wantErrIs(t, "the handler's publish", r.err, pubsub.ErrBackpressure)
+				if r.err != nil && !strings.Contains(r.err.Error(), fmt.Sprintf("group %q", tt.wantGroup)) {
+					t.Errorf("the error %q does not name group %q", r.err, tt.wantGroup)
+				}
+				switch {
+				case tt.wantFast && r.waited != 0:
+					t.Errorf("the handler's publish failed after %v, want at once", r.waited)
+				case !tt.wantFast && r.waited != timeout:
+					t.Errorf("the publish failed after %v, want the BlockTimeout, %v", r.waited, timeout)
+				}
+				drain(t, b)
+				if st := topic.Stats(); st.TimedOut != 1 || st.Published != 2 {
+					t.Errorf("stats %+v, want 2 published and 1 timed out", st)
+				}
+			})
+		})
+	}
+}

@@ -98,6 +98,23 @@ const (
 	// nothing; the error names the group holding the oldest record. Room
 	// appears when the slowest group commits. Block waits only for groups:
 	// a partition that no group reads trims its oldest record instead.
+	//
+	// A handler that publishes into a partition its own group keeps full
+	// would wait for itself: the group commits the handler's record only
+	// once the handler returns (the deadlock Tailscale's eventbus met).
+	// When that is certain, Publish does not wait: it fails at once with
+	// ErrBackpressure naming the group. Certain means: the publish's ctx
+	// is the one the handler (or BatchHandler) was given, or derived from
+	// it; the partition is the one the handler is delivering; its group
+	// holds the partition's oldest record; and the topic has no MaxAge
+	// (which could make room). So publish from the handler itself, or from
+	// a goroutine it waits for, with its ctx; a goroutine that outlives
+	// the handler should get a context of its own. Otherwise (a context
+	// of another origin, another group holding the oldest record too, a
+	// Stream's consumer, which holds no handler ctx) the publish waits
+	// BlockTimeout and fails with ErrBackpressure naming the group holding
+	// the oldest record. To publish from a handler into its own topic,
+	// give that topic DropOldest, or room for what one delivery publishes.
 	Block FullPolicy = iota
 	// DropOldest evicts the oldest record, read or not, so Publish never
 	// waits. A group whose delivery of an evicted record had not begun skips

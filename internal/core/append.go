@@ -47,6 +47,8 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		timedOut bool
 		blocked  bool      // counted in stats.Blocked
 		since    time.Time // when the wait began, for the observer only
+		looked   bool      // whether ctx was asked for the handler it may come from
+		self     *worker   // the worker whose handler publishes, when it serves this partition
 	)
 	defer func() {
 		if timer != nil {
@@ -102,6 +104,26 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 			}
 			return n, err
 		}
+		if !looked && p.ret.MaxAge <= 0 {
+			// About to wait for the first time: ask ctx whether this is a
+			// handler publishing into its own partition, outside mu
+			// (ctx.Value may be user code), then look at the room again.
+			looked = true
+			p.unlockReporting(before)
+			self = handlerOf(ctx, p)
+			continue
+		}
+		if self != nil && p.waitsForItselfLocked(self) {
+			p.stats.TimedOut++
+			err := fmt.Errorf("%w: partition %d: group %q publishes from the handler of its record at offset %d, "+
+				"which keeps the partition full until the handler returns: waiting could only end at BlockTimeout (%v)",
+				ErrBackpressure, p.index, self.g.name, p.base, p.ret.BlockTimeout)
+			p.unlockReporting(before)
+			if p.obs != nil {
+				p.observeBackpressure(engine.EventBackpressureTimeout, 0, err)
+			}
+			return n, err
+		}
 		began := !blocked
 		if began {
 			blocked = true
@@ -128,6 +150,25 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		}
 		stopExpiry()
 	}
+}
+
+// waitsForItselfLocked reports whether a producer that found no room
+// would wait for itself: it runs in the handler of w (its ctx says so),
+// w's group has not committed the partition's oldest record, so nothing
+// can be reclaimed before that handler returns, and no age limit can
+// make room meanwhile (the caller checked MaxAge). The handler is in
+// flight: the partition shows InFlight. That the publish runs on the
+// handler's goroutine, and not on one it handed its ctx to, is taken on
+// trust (see pubsub.Block). Neither another group holding the partition
+// full too nor a revocation changes anything: this record must be
+// committed first either way, and a partition moves to another member
+// only once its worker's handler returned.
+func (p *Partition) waitsForItselfLocked(w *worker) bool {
+	if w.gp.cursor.Committed() > p.base {
+		return false
+	}
+	state, _, _ := unpackProgress(w.gp.progress.Load())
+	return state == InFlight
 }
 
 // release hands a reclaimed record, if there is one, to whoever reuses it:

@@ -242,5 +242,5 @@ func (w *worker) callBatch(recs []*Record, attempt int) (err error) {
 			b.IDs[i] = rec.ID
 		}
 	}
-	return w.m.batch(w.g.broker.handlerCtx, b)
+	return w.m.batch(w.ctx, b)
 }

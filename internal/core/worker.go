@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"runtime/debug"
 	"sync/atomic"
@@ -28,9 +29,10 @@ type worker struct {
 	gp *groupPartition
 	m  *member
 
-	stop    chan struct{} // closed by signal: finish the current delivery, then exit
-	stopped atomic.Bool   // set by signal before it closes stop: checked per record, for less than a select costs
-	bell    chan struct{} // rung by the partition when records arrive; see Partition.Read
+	ctx     context.Context // the handlers' context: the broker's, carrying the worker (see handlerOf)
+	stop    chan struct{}   // closed by signal: finish the current delivery, then exit
+	stopped atomic.Bool     // set by signal before it closes stop: checked per record, for less than a select costs
+	bell    chan struct{}   // rung by the partition when records arrive; see Partition.Read
 	buf     [readBatch]*Record
 
 	readEnd  int64    // the offset after the last record read
@@ -50,6 +52,7 @@ type worker struct {
 // startWorker starts the worker of gp for m. The caller holds g.mu.
 func startWorker(g *Group, gp *groupPartition, m *member) *worker {
 	w := &worker{g: g, gp: gp, m: m, stop: make(chan struct{}), bell: make(chan struct{}, 1)}
+	w.ctx = context.WithValue(g.broker.handlerCtx, handlerKey{}, w)
 	w.delivery = Delivery{Topic: g.topic.name, Partition: gp.index, Revoked: w.stop}
 	if m.batch != nil {
 		w.limit = min(m.spec.MaxSize, gp.part.ring.size())
@@ -87,6 +90,23 @@ func (w *worker) hold() {
 	case <-w.stop:
 	case <-w.g.broker.handlerCtx.Done():
 	}
+}
+
+// handlerKey is the key under which a handler's context carries its
+// worker, so that a publish made with it can tell that it comes from the
+// handler of a partition (see Partition.waitsForItselfLocked). The value
+// is set once per worker, not per delivery: it costs the deliveries
+// nothing.
+type handlerKey struct{}
+
+// handlerOf returns the worker whose handler was given ctx (or a context
+// derived from it) when that worker serves p, else nil. ctx.Value may be
+// user code: call it under no lock.
+func handlerOf(ctx context.Context, p *Partition) *worker {
+	if w, _ := ctx.Value(handlerKey{}).(*worker); w != nil && w.gp.part == p {
+		return w
+	}
+	return nil
 }
 
 // signal tells the worker to stop. Idempotent; the caller holds g.mu.
@@ -265,7 +285,7 @@ func (w *worker) call(rec *Record, attempt int) (err error) {
 	case w.gp.part.ids != nil:
 		d.ID = w.gp.part.ids.id(rec.Offset)
 	}
-	return w.m.handler(w.g.broker.handlerCtx, d)
+	return w.m.handler(w.ctx, d)
 }
 
 // park puts rec, named id, in the group's dead letters after attempt
