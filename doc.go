@@ -240,7 +240,7 @@
 //
 // Memory is bounded by retention: each partition holds at most
 // Retention.MaxMessages records and, with Retention.MaxBytes, at most that
-// many bytes of keys and values. [pubsub.Retention] gives what a partition
+// many bytes of keys, values and headers. [pubsub.Retention] gives what a partition
 // and a record cost, measured, and [pubsub.MaxPartitions] and
 // [pubsub.MaxTopicMessages] bound a topic's shape, so that a typo is an
 // error rather than an out-of-memory crash. The Bytes, RawBytes, String and

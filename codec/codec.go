@@ -35,7 +35,9 @@
 //     the default choice for structs.
 //   - [Gob] for Go-only structured values that JSON cannot represent, such
 //     as NaN, infinities or maps keyed by structs; records are larger because
-//     each one carries its own type description.
+//     each one carries its own type description. Only between processes
+//     that trust each other: a hostile record can exhaust a consumer's
+//     memory or CPU (see [Gob]).
 //   - [Func] to adapt any other format, such as protobuf.
 //
 // Every decoding error from this package wraps [ErrDecode] and every encoding

@@ -21,8 +21,20 @@ import (
 // flattened, nil and empty slices and maps are not distinguished (both decode
 // as nil), encoding a nil pointer is an error, and interface values need
 // gob.Register. Bytes after the single encoded value are a decoding error.
-// The gob decoder only sanity-checks sizes, so decode only records produced
-// by this codec, not untrusted input.
+//
+// Gob is not safe for records from publishers you do not trust: whoever
+// can publish to a topic can exhaust the memory or a CPU of every
+// consumer. encoding/gob is not hardened against hostile input (its own
+// documentation says so), and no wrapper can bound it without parsing the
+// stream again. Measured on go1.26: a record no larger than an honest one
+// (127 bytes in the review that found it) whose map count is forged makes Decode allocate
+// 577 MiB for a count of 2^24 (memory grows with the count, not with the
+// record), and keep a CPU busy for hours for a count of 2^40, even when T
+// has no map at all (a field T lacks is skipped element by element); a
+// forged count that runs out of input may still decode without an error. Use Gob only between processes you
+// trust. For records from others, use JSON, whose decoder allocates in
+// proportion to the record (every element is spelled out in it), or a Func
+// codec whose format does.
 //
 // The returned Codec is stateless and safe for concurrent use.
 func Gob[T any]() Codec[T] {

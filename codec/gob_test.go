@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -144,4 +145,97 @@ func FuzzGobDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkDecode(t, c, data, gobRecordEqual)
 	})
+}
+
+// gobKey and gobValue are structs, so a map of them decodes element by
+// element even where the input has run out (a struct reads fields until
+// its input ends).
+type (
+	gobKey     struct{ A int }
+	gobValue   struct{ B int }
+	gobWithMap struct {
+		X int
+		M map[gobKey]gobValue
+	}
+)
+
+// forgeGobMapCount returns the Gob record of v, a gobWithMap with X set and
+// one map entry, with the map's element count replaced by n and nothing
+// after it: the attack the security review found, a record no longer than
+// an honest one.
+func forgeGobMapCount(t *testing.T, v gobWithMap, n uint64) []byte {
+	t.Helper()
+	rec, err := codec.Gob[gobWithMap]().Encode(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The record is messages, each preceded by its length; the last one is
+	// the value: its type id, then field X (delta 1, value), then field M
+	// (delta 1) whose first byte is the count.
+	var last int
+	for at := 0; at < len(rec); {
+		size, width := gobUint(rec[at:])
+		last, at = at+width, at+width+int(size)
+	}
+	_, idWidth := gobUint(rec[last:])
+	_, xWidth := gobUint(rec[last+idWidth+1:])
+	count := last + idWidth + 1 + xWidth + 1
+	if rec[count] != 1 {
+		t.Fatalf("the map count is not where it should be in % x", rec)
+	}
+	body := append(bytes.Clone(rec[last:count]), putGobUint(n)...)
+	return append(append(bytes.Clone(rec[:last-1]), putGobUint(uint64(len(body)))...), body...)
+}
+
+// gobUint reads gob's encoding of an unsigned integer: one byte below 128,
+// else a byte holding the negated count of big-endian bytes that follow.
+func gobUint(b []byte) (v uint64, width int) {
+	if b[0] < 0x80 {
+		return uint64(b[0]), 1
+	}
+	n := int(-int8(b[0]))
+	for _, c := range b[1 : 1+n] {
+		v = v<<8 | uint64(c)
+	}
+	return v, 1 + n
+}
+
+func putGobUint(v uint64) []byte {
+	if v < 0x80 {
+		return []byte{byte(v)}
+	}
+	var be []byte
+	for ; v > 0; v >>= 8 {
+		be = append([]byte{byte(v)}, be...)
+	}
+	return append([]byte{byte(-int8(len(be)))}, be...)
+}
+
+// Gob's doc says a forged record of about a hundred bytes makes Decode
+// allocate in proportion to the count it claims, not to its length: this
+// pins that claim on the Go it runs on. If it fails, encoding/gob has come
+// to bound its maps, and Gob's doc should say what holds now.
+func TestGobDecodeOfAForgedMapCountIsUnbounded(t *testing.T) {
+	c := codec.Gob[gobWithMap]()
+	honest, err := c.Encode(gobWithMap{X: 1, M: map[gobKey]gobValue{{1}: {2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Decode(forgeGobMapCount(t, gobWithMap{X: 1, M: map[gobKey]gobValue{{1}: {2}}}, 1)); err == nil && len(v.M) > 1 {
+		t.Fatalf("the forging is broken: a count of 1 decoded as %+v", v)
+	}
+	hostile := forgeGobMapCount(t, gobWithMap{X: 1, M: map[gobKey]gobValue{{1}: {2}}}, 1<<20)
+	if len(hostile) > len(honest)+8 {
+		t.Fatalf("the forged record is %d bytes, want no more than an honest record of one entry (%d)", len(hostile), len(honest))
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, _ = c.Decode(hostile) // may well succeed: the map then holds one entry
+	runtime.ReadMemStats(&after)
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("Decode of a %d-byte record claiming 2^20 map entries allocated %d MiB", len(hostile), allocated>>20)
+	if allocated < 16<<20 {
+		t.Errorf("Decode of a %d-byte record claiming 2^20 map entries allocated %d KiB; Gob's doc says it allocates by the count (tens of MiB here)",
+			len(hostile), allocated>>10)
+	}
 }

@@ -38,6 +38,14 @@ type brokerConfig struct {
 	engine Engine
 	hooks  []Hook
 	logger *slog.Logger
+	err    error // the first invalid option, reported by NewBroker
+}
+
+// invalid records err unless an earlier option was invalid already.
+func (c *brokerConfig) invalid(err error) {
+	if c.err == nil {
+		c.err = err
+	}
 }
 
 type brokerOptionFunc func(*brokerConfig)
@@ -52,7 +60,7 @@ func (f brokerOptionFunc) applyBroker(c *brokerConfig) { f(c) }
 type Clock interface{ Now() time.Time }
 
 // WithClock sets the clock, overriding the default. pubsubtest.Clock is one
-// a test can move by hand.
+// a test can move by hand. A nil Clock is ErrInvalid.
 //
 // The default is time.Now read once per millisecond rather than once per
 // record (reading the clock can cost as much as the rest of a publish): a
@@ -64,7 +72,12 @@ type Clock interface{ Now() time.Time }
 // record's age against time.Now itself. Give WithClock a Clock that calls
 // time.Now for timestamps exact to the nanosecond.
 func WithClock(c Clock) BrokerOption {
-	return brokerOptionFunc(func(cfg *brokerConfig) { cfg.Clock = c })
+	return brokerOptionFunc(func(cfg *brokerConfig) {
+		if c == nil {
+			cfg.invalid(fmt.Errorf("%w: WithClock(nil)", ErrInvalid))
+		}
+		cfg.Clock = c
+	})
 }
 
 // IDSource hands out Message IDs. NextID is called once per publish, from
@@ -75,9 +88,15 @@ type IDSource interface{ NextID() string }
 // names a record by its position: a random per-broker prefix, the topic's
 // creation number in the broker, the partition and the offset
 // ("3f9a0c1d2e4b-1-0-17"). Default IDs are unique in the process and cost
-// the producer nothing; an IDSource is called on every publish.
+// the producer nothing; an IDSource is called on every publish. A nil
+// IDSource is ErrInvalid.
 func WithIDs(ids IDSource) BrokerOption {
-	return brokerOptionFunc(func(cfg *brokerConfig) { cfg.IDs = ids })
+	return brokerOptionFunc(func(cfg *brokerConfig) {
+		if ids == nil {
+			cfg.invalid(fmt.Errorf("%w: WithIDs(nil)", ErrInvalid))
+		}
+		cfg.IDs = ids
+	})
 }
 
 // RetryPolicy says how often a failing delivery is retried and how long the
@@ -111,15 +130,25 @@ func WithRetry(p RetryPolicy) BrokerOption {
 }
 
 // NewBroker returns a running broker. An invalid option (a negative retry
-// count, say) does not panic: Err reports it, and so does every NewTopic
-// call, wrapping ErrInvalid.
+// count, a nil option, say) does not panic: Err reports it, and so does
+// every NewTopic call, wrapping ErrInvalid.
 func NewBroker(opts ...BrokerOption) *Broker {
 	var cfg brokerConfig
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			cfg.invalid(fmt.Errorf("%w: option %d is nil", ErrInvalid, i))
+			continue
+		}
 		o.applyBroker(&cfg)
 	}
-	obs, err := newObserver(cfg.hooks, cfg.logger, cfg.StuckAfter)
-	var eng engine.Engine
+	var (
+		obs *observer
+		err = cfg.err
+		eng engine.Engine
+	)
+	if err == nil {
+		obs, err = newObserver(cfg.hooks, cfg.logger, cfg.StuckAfter)
+	}
 	if err == nil {
 		cfg.Observer = obs.engineObserver()
 		eng, err = cfg.open()
@@ -198,7 +227,9 @@ func (b *Broker) check(ctx context.Context) error {
 // return at once an error wrapping ErrStalled that names the group; when
 // ctx ends first, it returns an error wrapping ctx's that names the groups
 // left behind. Records published while Drain waits may or may not be
-// waited for.
+// waited for. After Close, records left behind can never be delivered:
+// Drain then returns an error wrapping ErrClosed that names their groups
+// (and nil when Close left nothing).
 func (b *Broker) Drain(ctx context.Context) error {
 	if err := b.check(ctx); err != nil {
 		return fail(err, "drain")
@@ -290,10 +321,14 @@ func (b *Broker) Group(group, topic string) (*Group[[]byte], error) {
 // Replay moves the cursors of an existing group on every partition of topic
 // to from; see Group.Replay. An unknown topic is ErrTopicNotFound, an
 // unknown group ErrSubscription: to start a new group somewhere other than
-// the earliest record, use StartAt.
+// the earliest record, use StartAt. Once Close began it fails with
+// ErrClosed, whatever the names.
 func (b *Broker) Replay(ctx context.Context, group, topic string, from Start) error {
 	if err := b.check(ctx); err != nil {
 		return fail(err, "replay group %q on topic %q", group, topic)
+	}
+	if b.eng.State() != engine.Running { // before the names: an unknown one is no more wrong than a known one now
+		return fail(ErrClosed, "replay group %q on topic %q", group, topic)
 	}
 	g, err := b.eng.Group(ctx, topic, group)
 	if err != nil {

@@ -73,18 +73,24 @@ func (e *BatchError) Unwrap() error { return e.Err }
 var errBatchNil = errors.New("logbus: batch handler failed the message")
 
 // batchOption is a SubscribeOption only SubscribeBatch takes.
-type batchOption func(*engine.BatchSpec)
+type batchOption func(*subscribeConfig)
 
-func (batchOption) applySubscribe(*engine.GroupSpec) {}
+func (f batchOption) applySubscribe(c *subscribeConfig) { f(c) }
 
-// WithBatchSize sets the most messages a batch consumer gets in one call:
-// default 64, at most 4096; anything else is ErrInvalid. It is the
-// consumer's own, not the group's: consumers of one group may differ. A
-// consumer keeps room for a batch for each partition it serves, about 160
-// bytes per message of n (plus what the messages' values hold). Only
-// SubscribeBatch takes it.
+// WithBatchSize sets the most messages a batch consumer gets in one call,
+// overriding the default of 64: 1 to 4096; anything else, 0 included, is
+// ErrInvalid. It is the consumer's own, not the group's: consumers of one
+// group may differ. Only SubscribeBatch takes it.
+//
+// Memory follows what the consumer reads, not n: for each partition it
+// serves, the consumer keeps room for the largest batch it has delivered
+// there (about 160 bytes a message, plus what the messages' values hold),
+// which a partition that never has more than a few records waiting keeps
+// small whatever n is. n bounds it.
 func WithBatchSize(n int) SubscribeOption {
-	return batchOption(func(s *engine.BatchSpec) { s.MaxSize = n })
+	return batchOption(func(c *subscribeConfig) {
+		c.batch.MaxSize, c.batchSize = n, true
+	})
 }
 
 // WithBatchWait sets how long a batch consumer that found fewer messages
@@ -95,7 +101,7 @@ func WithBatchSize(n int) SubscribeOption {
 // to whoever owns it). Drain and Close wait for it like for a delivery.
 // Only SubscribeBatch takes it.
 func WithBatchWait(d time.Duration) SubscribeOption {
-	return batchOption(func(s *engine.BatchSpec) { s.MaxWait = d })
+	return batchOption(func(c *subscribeConfig) { c.batch.MaxWait = d })
 }
 
 // SubscribeBatch adds consumer to group like Subscribe, with a handler
@@ -106,11 +112,9 @@ func WithBatchWait(d time.Duration) SubscribeOption {
 // It fails as Subscribe does, and with ErrInvalid when the broker's engine
 // cannot deliver batches (the in-memory engine can). It does not block.
 func (t *Topic[K, V]) SubscribeBatch(group, consumer string, h BatchHandler[V], opts ...SubscribeOption) (*Group[V], error) {
-	var spec engine.BatchSpec
-	for _, o := range opts {
-		if bo, ok := o.(batchOption); ok {
-			bo(&spec)
-		}
+	cfg := applySubscribeOptions(opts)
+	if cfg.batchSize && cfg.batch.MaxSize < 1 {
+		cfg.invalid(fmt.Errorf("%w: WithBatchSize(%d): a batch holds at least one message", ErrInvalid, cfg.batch.MaxSize))
 	}
 	bs, ok := t.b.eng.(engine.BatchSubscriber)
 	if !ok || !t.b.eng.Capabilities().Has(engine.Batches) {
@@ -136,8 +140,8 @@ func (t *Topic[K, V]) SubscribeBatch(group, consumer string, h BatchHandler[V], 
 	if o := t.b.obs; o != nil && o.delivers && eh != nil {
 		eh = o.wrapBatch(group, consumer, eh)
 	}
-	return t.subscribe(group, opts, func(cfg engine.GroupSpec) (engine.Group, error) {
-		return bs.SubscribeBatch(context.Background(), t.Name(), group, consumer, eh, nil, cfg, spec)
+	return t.subscribe(group, cfg, func(spec engine.GroupSpec) (engine.Group, error) {
+		return bs.SubscribeBatch(context.Background(), t.Name(), group, consumer, eh, nil, spec, cfg.batch)
 	}, "subscribe %q to group %q", consumer, group)
 }
 

@@ -20,9 +20,14 @@ type Engine interface {
 // WithEngine sets the engine, overriding InMemory. An option the engine
 // cannot honour (WithClock or WithIDs on an engine that keeps its own
 // time or names) makes NewTopic fail with ErrInvalid, never silently
-// behave otherwise.
+// behave otherwise. A nil Engine is ErrInvalid.
 func WithEngine(e Engine) BrokerOption {
-	return brokerOptionFunc(func(c *brokerConfig) { c.engine = e })
+	return brokerOptionFunc(func(c *brokerConfig) {
+		if e == nil {
+			c.invalid(fmt.Errorf("%w: WithEngine(nil)", ErrInvalid))
+		}
+		c.engine = e
+	})
 }
 
 // InMemory is the default engine: the log lives in this process's memory,

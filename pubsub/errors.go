@@ -20,9 +20,18 @@ var (
 	// by every call on the handles of a deleted topic and of its groups
 	// (see Broker.DeleteTopic).
 	ErrTopicNotFound = engine.ErrTopicNotFound
-	// ErrClosed is returned by Publish, NewTopic, Subscribe, Stream, Leave,
-	// Seek, Replay, Redrive, DeleteGroup, DeleteTopic, DiscardDeadLetters,
-	// LatestDeadLetters and Ping once Close has begun.
+	// ErrClosed is returned by every call that would change something once
+	// Close has begun (Publish and the other publishes, NewTopic, Subscribe,
+	// Stream, Seek, Replay, Redrive, DeleteGroup, DeleteTopic,
+	// DiscardDeadLetters), by LatestDeadLetters and Ping then too, and by
+	// Leave once Close has finished (a consumer may leave while Close
+	// drains). It comes before what the call's arguments would otherwise
+	// earn, such as ErrOffsetOutOfRange or an unknown name, except for
+	// arguments that are wrong on any broker: a nil context, a value its
+	// codec cannot encode, a nil handler, an invalid option. Drain after
+	// Close returns it for the groups Close left behind. The other reads
+	// (Lag, Committed, Stats, DeadLetters, Snapshot) keep working, and
+	// Pause and Resume do nothing.
 	ErrClosed = engine.ErrClosed
 	// ErrBackpressure is returned by Publish when a Block partition stayed
 	// full for the whole BlockTimeout. Nothing was appended. The message

@@ -415,6 +415,20 @@ func TestClosedBrokerRefusesNewWork(t *testing.T) {
 			return f.b.Replay(context.Background(), "billing", "orders", pubsub.AtOffset(0))
 		}},
 		{"Leave", func(f fixture) error { return f.g.Leave(context.Background(), "b1") }},
+		// ErrClosed comes before what the arguments would earn on a
+		// running broker.
+		{"Seek past the end", func(f fixture) error { return f.g.Seek(context.Background(), 0, 99) }},
+		{"Seek to a partition that does not exist", func(f fixture) error { return f.g.Seek(context.Background(), 7, 0) }},
+		{"Group.Replay from a negative offset", func(f fixture) error {
+			return f.g.Replay(context.Background(), pubsub.AtOffset(-1))
+		}},
+		{"Broker.Replay of an unknown group", func(f fixture) error {
+			return f.b.Replay(context.Background(), "nobody", "orders", pubsub.Earliest())
+		}},
+		{"Broker.Replay on an unknown topic", func(f fixture) error {
+			return f.b.Replay(context.Background(), "billing", "nowhere", pubsub.Earliest())
+		}},
+		{"Leave of an unknown consumer", func(f fixture) error { return f.g.Leave(context.Background(), "nobody") }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -602,8 +616,8 @@ func TestFailedPublishAppendsNothing(t *testing.T) {
 				if err == nil {
 					t.FailNow()
 				}
-				if pos != (pubsub.Position{}) {
-					t.Errorf("position of the failed publish: got %+v, want the zero Position", pos)
+				if want := (pubsub.Position{Partition: -1, Offset: -1}); pos != want {
+					t.Errorf("position of the failed publish: got %+v, want %+v", pos, want)
 				}
 				if st := tp.Stats(); st.Published != 1 || st.Retained != 1 {
 					t.Errorf("stats after the failed publish: got Published %d Retained %d, want 1 and 1", st.Published, st.Retained)

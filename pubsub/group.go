@@ -84,23 +84,66 @@ func handOver[V any](ctx context.Context, handle func(context.Context, Message[V
 // group's configuration is fixed by the call that created it: joining an
 // existing group with options that differ from its own is an error wrapping
 // ErrSubscription, so two replicas of a service cannot disagree silently.
-type SubscribeOption interface{ applySubscribe(*engine.GroupSpec) }
+type SubscribeOption interface{ applySubscribe(*subscribeConfig) }
 
-type subscribeOptionFunc func(*engine.GroupSpec)
+// subscribeConfig is what the options of Subscribe, Stream and
+// SubscribeBatch record: the group's spec, the batch consumer's, and the
+// first invalid value, which the call reports.
+type subscribeConfig struct {
+	engine.GroupSpec
+	batch     engine.BatchSpec
+	batchSize bool // WithBatchSize was given: then 0 is ErrInvalid, not the default
+	err       error
+}
 
-func (f subscribeOptionFunc) applySubscribe(c *engine.GroupSpec) { f(c) }
+type subscribeOptionFunc func(*subscribeConfig)
+
+func (f subscribeOptionFunc) applySubscribe(c *subscribeConfig) { f(c) }
+
+// invalid records err unless an earlier option was invalid already.
+func (c *subscribeConfig) invalid(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// applySubscribeOptions applies opts to a config; a nil option is
+// ErrInvalid, reported by the call, never a panic.
+func applySubscribeOptions(opts []SubscribeOption) subscribeConfig {
+	var cfg subscribeConfig
+	for i, o := range opts {
+		if o == nil {
+			cfg.invalid(fmt.Errorf("%w: option %d is nil", ErrInvalid, i))
+			continue
+		}
+		o.applySubscribe(&cfg)
+	}
+	return cfg
+}
 
 // WithGroupRetry sets this group's retry policy, overriding the broker's
 // (WithRetry).
 func WithGroupRetry(p RetryPolicy) SubscribeOption {
-	return subscribeOptionFunc(func(c *engine.GroupSpec) { c.Retry = p.engine() })
+	return subscribeOptionFunc(func(c *subscribeConfig) { c.Retry = p.engine() })
 }
 
 // WithDeadLetterLimit sets how many dead letters the group keeps, overriding
 // the default of 1024. When full, the oldest is evicted and counted in
-// GroupStats.DeadLettersEvicted. Negative is ErrInvalid.
+// GroupStats.DeadLettersEvicted. 0 keeps none: each record given up on is
+// still counted in GroupStats.DeadLettered and DeadLettersEvicted and
+// raises the dead-letter hooks and log line, but DeadLetters stays empty
+// and there is nothing to Redrive. Negative is ErrInvalid.
 func WithDeadLetterLimit(n int) SubscribeOption {
-	return subscribeOptionFunc(func(c *engine.GroupSpec) { c.DeadLetterLimit = n })
+	return subscribeOptionFunc(func(c *subscribeConfig) {
+		switch {
+		case n < 0:
+			c.invalid(fmt.Errorf("%w: WithDeadLetterLimit(%d): negative", ErrInvalid, n))
+		case n == 0:
+			c.DeadLetterLimit = engine.NoDeadLetters
+		default:
+			c.DeadLetterLimit = n
+		}
+	})
 }
 
 // Start says where a group reads from in every partition: Earliest,
@@ -136,7 +179,7 @@ func (s Start) String() string { return s.spec.String() }
 // counts as an option of the group: joining the group later with another
 // Start is ErrSubscription.
 func StartAt(s Start) SubscribeOption {
-	return subscribeOptionFunc(func(c *engine.GroupSpec) { c.Start = s.spec })
+	return subscribeOptionFunc(func(c *subscribeConfig) { c.Start = s.spec })
 }
 
 // Subscribe adds consumer to group, creating the group on first use, and
@@ -191,7 +234,7 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 	if o := t.b.obs; o != nil && o.delivers && h != nil {
 		h = o.wrapDelivery(group, consumer, h)
 	}
-	return t.subscribe(group, opts, func(cfg engine.GroupSpec) (engine.Group, error) {
+	return t.subscribe(group, applySubscribeOptions(opts), func(cfg engine.GroupSpec) (engine.Group, error) {
 		for _, o := range opts {
 			if _, ok := o.(batchOption); ok {
 				return nil, fmt.Errorf("%w: WithBatchSize and WithBatchWait are for SubscribeBatch", ErrInvalid)
@@ -204,15 +247,14 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 // subscribe applies opts to a group spec, joins with join, and returns the
 // group's typed handle. Errors are wrapped with the verb format and args
 // say.
-func (t *Topic[K, V]) subscribe(group string, opts []SubscribeOption, join func(engine.GroupSpec) (engine.Group, error), format string, args ...any) (*Group[V], error) {
-	var cfg engine.GroupSpec
-	for _, o := range opts {
-		o.applySubscribe(&cfg)
+func (t *Topic[K, V]) subscribe(group string, cfg subscribeConfig, join func(engine.GroupSpec) (engine.Group, error), format string, args ...any) (*Group[V], error) {
+	if cfg.err != nil {
+		return nil, fail(cfg.err, format, args...)
 	}
 	if t.deleted.Load() && t.b.eng.State() == engine.Running { // after Close, the engine's ErrClosed
 		return nil, fail(t.errDeleted(), format, args...)
 	}
-	g, err := join(cfg)
+	g, err := join(cfg.GroupSpec)
 	if err != nil {
 		return nil, fail(err, format, args...)
 	}
@@ -240,12 +282,12 @@ func (t *Topic[K, V]) subscribe(group string, opts []SubscribeOption, join func(
 // until it is acked or nacked, or ctx ends. What each call leaves done when
 // ctx ends first is in its doc.
 //
-// After Broker.Close, Leave, Seek and Replay fail with ErrClosed, Pause and
-// Resume do nothing, and the methods that only read (Assignment,
-// Committed, Lag, Stats, DeadLetters) keep working. After
-// Broker.DeleteGroup every call that returns an error fails with
-// ErrSubscription (ErrTopicNotFound after Broker.DeleteTopic), and the
-// reads show an empty group; see there.
+// Once Broker.Close began, Seek, Replay and Redrive fail with ErrClosed;
+// after it, Leave does too (see ErrClosed), Pause and Resume do nothing,
+// and the methods that only read (Assignment, Committed, Lag, Stats,
+// DeadLetters) keep working. After Broker.DeleteGroup every call that
+// returns an error fails with ErrSubscription (ErrTopicNotFound after
+// Broker.DeleteTopic), and the reads show an empty group; see there.
 type Group[V any] struct {
 	eng    engine.Group
 	values codec.Codec[V]

@@ -190,8 +190,9 @@ type HookDeadLetter interface {
 // DeadLetterEvent is a record given up on: Delivery.Attempt is the number
 // of attempts made, Err the last one's error (a *DecodeError, a
 // *PanicError or the handler's). Evicted is set when the group's bounded
-// dead-letter queue was full and dropped its oldest letter for this one
-// (counted in GroupStats.DeadLettersEvicted).
+// dead-letter queue was full and dropped its oldest letter for this one,
+// or, with WithDeadLetterLimit(0), dropped this one (counted in
+// GroupStats.DeadLettersEvicted).
 type DeadLetterEvent struct {
 	Delivery DeliveryInfo
 	Err      error

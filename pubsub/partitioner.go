@@ -2,6 +2,7 @@ package pubsub
 
 import (
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"sync"
 	"sync/atomic"
@@ -19,9 +20,14 @@ type Partitioner interface {
 }
 
 // WithPartitioner sets the partitioner, overriding KeyHash. A nil
-// Partitioner keeps KeyHash.
+// Partitioner is ErrInvalid.
 func WithPartitioner(p Partitioner) TopicOption {
-	return topicOptionFunc(func(c *topicConfig) { c.partitioner = p })
+	return topicOptionFunc(func(c *topicConfig) {
+		if p == nil {
+			c.invalid(fmt.Errorf("%w: WithPartitioner(nil)", ErrInvalid))
+		}
+		c.partitioner = p
+	})
 }
 
 // hashKey is the key hash every keyed partitioner uses: CRC-32 (IEEE) of the

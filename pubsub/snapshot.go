@@ -45,7 +45,7 @@ type PartitionSnapshot struct {
 	Earliest      int64 // the offset of the oldest retained record
 	End           int64 // the offset the next record will get
 	Retained      int   // records held
-	RetainedBytes int64 // their key and value bytes
+	RetainedBytes int64 // their bytes, as Retention.MaxBytes counts them
 	Reclaimed     int64
 	Dropped       int64
 	Expired       int64

@@ -89,7 +89,7 @@ func (t *Topic[K, V]) Stream(group, consumer string, opts ...SubscribeOption) (*
 		case <-revoked: // the group wants the partition back and nobody took d
 			return engine.ErrNotDelivered
 		case <-s.done:
-			return engine.ErrNotDelivered
+			return giveBack(ctx, revoked, engine.ErrNotDelivered)
 		case <-ctx.Done():
 			return engine.ErrNotDelivered
 		}
@@ -100,7 +100,7 @@ func (t *Topic[K, V]) Stream(group, consumer string, opts ...SubscribeOption) (*
 		case <-ctx.Done():
 		}
 		if d.state.CompareAndSwap(pending, abandoned) {
-			return engine.ErrAbandoned
+			return giveBack(ctx, revoked, engine.ErrAbandoned)
 		}
 		return <-d.outcome // settled first: its outcome is on the way, and stands
 	}
@@ -114,6 +114,22 @@ func (t *Topic[K, V]) Stream(group, consumer string, opts ...SubscribeOption) (*
 	s.group = g
 	g.joined(consumer, s)
 	return s, nil
+}
+
+// giveBack returns err, a give-back, once the group has taken the
+// partition back (revoked) or Close gave up on the handlers (ctx). A
+// closed Stream does not hand its partitions back by itself: its Close
+// leaves the group, which revokes them. Returned before that, the give-back
+// may reach a worker that still serves this consumer, and an engine that
+// delivers a given-back record again at once to its owner would hand it
+// straight back here, and again, until the Leave lands: each pass raising
+// the delivery hooks.
+func giveBack(ctx context.Context, revoked <-chan struct{}, err error) error {
+	select {
+	case <-revoked:
+	case <-ctx.Done():
+	}
+	return err
 }
 
 // C returns the channel of deliveries. It is closed when the stream leaves

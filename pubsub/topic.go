@@ -66,6 +66,14 @@ type topicConfig struct {
 	engine.TopicSpec
 	partitionsSet bool
 	partitioner   Partitioner
+	err           error // the first invalid option, reported by NewTopic
+}
+
+// invalid records err unless an earlier option was invalid already.
+func (c *topicConfig) invalid(err error) {
+	if c.err == nil {
+		c.err = err
+	}
 }
 
 type topicOptionFunc func(*topicConfig)
@@ -90,6 +98,23 @@ const (
 	// nothing; the error names the group holding the oldest record. Room
 	// appears when the slowest group commits. Block waits only for groups:
 	// a partition that no group reads trims its oldest record instead.
+	//
+	// A handler that publishes into a partition its own group keeps full
+	// would wait for itself: the group commits the handler's record only
+	// once the handler returns (the deadlock Tailscale's eventbus met).
+	// When that is certain, Publish does not wait: it fails at once with
+	// ErrBackpressure naming the group. Certain means: the publish's ctx
+	// is the one the handler (or BatchHandler) was given, or derived from
+	// it; the partition is the one the handler is delivering; its group
+	// holds the partition's oldest record; and the topic has no MaxAge
+	// (which could make room). So publish from the handler itself, or from
+	// a goroutine it waits for, with its ctx; a goroutine that outlives
+	// the handler should get a context of its own. Otherwise (a context
+	// of another origin, another group holding the oldest record too, a
+	// Stream's consumer, which holds no handler ctx) the publish waits
+	// BlockTimeout and fails with ErrBackpressure naming the group holding
+	// the oldest record. To publish from a handler into its own topic,
+	// give that topic DropOldest, or room for what one delivery publishes.
 	Block FullPolicy = iota
 	// DropOldest evicts the oldest record, read or not, so Publish never
 	// waits. A group whose delivery of an evicted record had not begun skips
@@ -103,7 +128,7 @@ func (f FullPolicy) String() string { return engine.FullPolicy(f).String() }
 // Retention bounds each partition of a topic. Zero fields mean the defaults.
 //
 // A partition holds at most MaxMessages records and, with MaxBytes, at
-// most MaxBytes bytes of keys and values. Records are not freed when
+// most MaxBytes bytes of keys, values and headers. Records are not freed when
 // acked, so a group can replay them; they are freed when the partition is
 // full and every group has committed past them, or when MaxAge passes. A
 // full partition that no group reads trims its oldest record, whatever
@@ -125,7 +150,8 @@ func (f FullPolicy) String() string { return engine.FullPolicy(f).String() }
 //
 // So a topic holds at most about partitions × (10 KiB + MaxMessages × (140
 // bytes + key + value)): 4 partitions of 1024 records of 1 KiB take about
-// 4.6 MiB. MaxBytes bounds the keys and values, not the 140 bytes. With
+// 4.6 MiB. MaxBytes bounds the keys, values and headers, not the 140
+// bytes. With
 // codecs that can append (codec.Appender: Bytes, RawBytes, String, Int) a
 // new record reuses the buffers of a freed one, which keep their capacity
 // up to 1 KiB: there the key and value to count are the largest ones, up
@@ -147,14 +173,15 @@ type Retention struct {
 	// BlockTimeout is how long a Block partition makes Publish wait for
 	// room. Default 1s.
 	BlockTimeout time.Duration
-	// MaxBytes is a bound on the key+value bytes a partition retains; 0
-	// means no byte bound; < 0 is ErrInvalid. A partition is full when
-	// either bound is reached, and frees (or, under Block, waits for) as
-	// many of its oldest records as a new record needs to fit. Headers and
-	// bookkeeping are not counted. A record whose key and value alone
-	// exceed MaxBytes could never fit: its Publish fails at once with
-	// ErrInvalid, and a PublishBatch holding one fails before anything is
-	// published.
+	// MaxBytes is a bound on the bytes a partition retains: each record
+	// counts its key, its value, and the keys and values of its headers
+	// (bookkeeping is not counted); 0 means no byte bound; < 0 is
+	// ErrInvalid. A partition is full when either bound is reached, and
+	// frees (or, under Block, waits for) as many of its oldest records as
+	// a new record needs to fit. A record that alone exceeds MaxBytes
+	// could never fit: its Publish fails at once with ErrInvalid, and a
+	// PublishBatch holding one fails before anything is published. Headers
+	// a HookPublish adds count too.
 	MaxBytes int64
 }
 
@@ -202,8 +229,15 @@ func NewTopic[K, V any](b *Broker, name string, keys codec.Codec[K], values code
 		return nil, fail(fmt.Errorf("%w: nil value codec", ErrInvalid), "new topic %q", name)
 	}
 	var cfg topicConfig
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			cfg.invalid(fmt.Errorf("%w: option %d is nil", ErrInvalid, i))
+			continue
+		}
 		o.applyTopic(&cfg)
+	}
+	if cfg.err != nil {
+		return nil, fail(cfg.err, "new topic %q", name)
 	}
 	if cfg.partitionsSet && cfg.Partitions < 1 {
 		return nil, fail(fmt.Errorf("%w: %d partitions, want at least 1", ErrInvalid, cfg.Partitions), "new topic %q", name)
@@ -229,11 +263,17 @@ func (t *Topic[K, V]) Name() string { return t.eng.Name() }
 // Partitions returns the number of partitions.
 func (t *Topic[K, V]) Partitions() int { return t.eng.Partitions() }
 
-// Position is where a published record landed.
+// Position is where a published record landed. A call that publishes
+// nothing returns Position{Partition: -1, Offset: -1}, which no record
+// ever has, with its error: a failed Publish or PublishValue, and the
+// publish hooks' report of a record that failed (HookPublished).
 type Position struct {
 	Partition int
 	Offset    int64
 }
+
+// noPosition is the Position of a record that was not published.
+var noPosition = Position{Partition: -1, Offset: -1}
 
 // PublishOption configures one Publish call.
 type PublishOption interface{ applyPublish(*publishConfig) }
@@ -263,7 +303,7 @@ func WithHeaders(h map[string]string) PublishOption { return headersOption(h) }
 func (t *Topic[K, V]) Publish(ctx context.Context, key K, value V, opts ...PublishOption) (Position, error) {
 	rec := t.eng.NewRecord()
 	if err := t.encodeKey(rec, key); err != nil {
-		return Position{}, fail(err, "publish to topic %q", t.Name())
+		return noPosition, fail(err, "publish to topic %q", t.Name())
 	}
 	return t.publish(ctx, rec, value, opts)
 }
@@ -281,24 +321,28 @@ func (t *Topic[K, V]) PublishValue(ctx context.Context, value V, opts ...Publish
 // publishes it.
 func (t *Topic[K, V]) publish(ctx context.Context, rec *engine.Record, value V, opts []PublishOption) (Position, error) {
 	if err := t.encodeValue(rec, value); err != nil {
-		return Position{}, fail(err, "publish to topic %q", t.Name())
+		return noPosition, fail(err, "publish to topic %q", t.Name())
 	}
 	if ctx == nil {
-		return Position{}, fail(errNilContext, "publish to topic %q", t.Name())
+		return noPosition, fail(errNilContext, "publish to topic %q", t.Name())
 	}
 	if len(opts) > 0 {
-		rec.Headers = maps.Clone(applyPublishOptions(opts).headers)
+		cfg, err := applyPublishOptions(opts)
+		if err != nil {
+			return noPosition, fail(err, "publish to topic %q", t.Name())
+		}
+		rec.Headers = maps.Clone(cfg.headers)
 	}
 	p, err := t.route(rec)
 	if err != nil {
-		return Position{}, fail(err, "publish to topic %q", t.Name())
+		return noPosition, fail(err, "publish to topic %q", t.Name())
 	}
 	if o := t.b.obs; o != nil && o.publishes {
 		return t.publishObserved(ctx, o, p, rec)
 	}
 	offset, err := t.eng.AppendOne(ctx, p, rec)
 	if err != nil {
-		return Position{}, fail(err, "publish to topic %q", t.Name())
+		return noPosition, fail(err, "publish to topic %q", t.Name())
 	}
 	return Position{Partition: p, Offset: offset}, nil
 }
@@ -312,7 +356,7 @@ func (t *Topic[K, V]) publishObserved(ctx context.Context, o *observer, p int, r
 	pos := Position{Partition: p}
 	var err error
 	if pos.Offset, err = t.eng.AppendOne(ctx, p, rec); err != nil {
-		pos, err = Position{}, fail(err, "publish to topic %q", t.Name())
+		pos, err = noPosition, fail(err, "publish to topic %q", t.Name())
 	} else {
 		info.ID = t.recordID(pos)
 	}
@@ -337,9 +381,9 @@ func (t *Topic[K, V]) route(rec *engine.Record) (int, error) {
 	if p < 0 || p >= n {
 		return 0, fmt.Errorf("%w: partitioner chose partition %d of %d", ErrInvalid, p, n)
 	}
-	if size := int64(len(rec.Key) + len(rec.Value)); t.maxBytes > 0 && size > t.maxBytes {
-		return 0, fmt.Errorf("%w: partition %d: a record of %d bytes (key %d + value %d) can never fit in MaxBytes %d",
-			ErrInvalid, p, size, len(rec.Key), len(rec.Value), t.maxBytes)
+	if t.maxBytes > 0 && engine.RecordBytes(rec) > t.maxBytes {
+		return 0, fmt.Errorf("%w: partition %d: a record of %s can never fit in MaxBytes %d",
+			ErrInvalid, p, engine.DescribeSize(rec), t.maxBytes)
 	}
 	return p, nil
 }
@@ -387,9 +431,11 @@ type Entry[K, V any] struct {
 
 // PublishBatch publishes entries in order, as Publish would one by one, and
 // returns where the records it published landed, in batch order: all of
-// them, or, with an error, the first len(positions) (the entries after
-// those are not in the log, and can be published again). Records with
-// equal keys keep their batch order, as with Publish.
+// them, or, with an error, the first len(positions), which are in the log
+// (none when the batch failed before anything was published); the entries
+// after those are not in the log, and can be published again. So every
+// position it returns is a real one. Records with equal keys keep their
+// batch order, as with Publish.
 //
 // A batch costs the producer less than as many Publish calls: the clock is
 // read once, so every record of the batch has the same Created, and each
@@ -469,7 +515,7 @@ func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int
 			infos[i].ID = t.recordID(positions[i])
 			t.b.obs.onPublished(hctxs[i], &infos[i], positions[i], nil)
 		} else {
-			t.b.obs.onPublished(hctxs[i], &infos[i], Position{}, err)
+			t.b.obs.onPublished(hctxs[i], &infos[i], noPosition, err)
 		}
 	}
 	if err != nil {
@@ -511,13 +557,16 @@ func putBatchScratch(s *batchScratch) {
 
 // applyPublishOptions is apart from publish so that the config, which the
 // options reach through an interface and so escapes, is allocated only
-// when there are options.
-func applyPublishOptions(opts []PublishOption) publishConfig {
+// when there are options. A nil option is ErrInvalid.
+func applyPublishOptions(opts []PublishOption) (publishConfig, error) {
 	var cfg publishConfig
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return cfg, fmt.Errorf("%w: option %d is nil", ErrInvalid, i)
+		}
 		o.applyPublish(&cfg)
 	}
-	return cfg
+	return cfg, nil
 }
 
 // TopicStats counts what happened to a topic's records, over all partitions.
@@ -526,8 +575,9 @@ func applyPublishOptions(opts []PublishOption) publishConfig {
 type TopicStats struct {
 	Published int64 // records appended (the sum of the partitions' end offsets)
 	Retained  int   // records held now
-	// RetainedBytes is the key and value bytes of the records held now,
-	// what Retention.MaxBytes bounds in each partition.
+	// RetainedBytes is the bytes of the records held now as
+	// Retention.MaxBytes counts them (keys, values and headers), what it
+	// bounds in each partition.
 	RetainedBytes int64
 	Reclaimed     int64 // records freed after every group had committed past them
 	Dropped       int64 // records shed by DropOldest, or trimmed from a full partition that no group reads

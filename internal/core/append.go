@@ -47,6 +47,8 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		timedOut bool
 		blocked  bool      // counted in stats.Blocked
 		since    time.Time // when the wait began, for the observer only
+		looked   bool      // whether ctx was asked for the handler it may come from
+		self     *worker   // the worker whose handler publishes, when it serves this partition
 	)
 	defer func() {
 		if timer != nil {
@@ -64,10 +66,11 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		p.expireLocked(now)
 		stored := n
 		for n < len(recs) {
-			if !p.roomLocked(recordBytes(recs[n]), freed) {
+			size := recordBytes(recs[n])
+			if !p.roomLocked(size, freed) {
 				break
 			}
-			offsets[n] = p.storeLocked(recs[n])
+			offsets[n] = p.storeLocked(recs[n], size)
 			n++
 		}
 		if n > stored {
@@ -101,6 +104,26 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 			}
 			return n, err
 		}
+		if !looked && p.ret.MaxAge <= 0 {
+			// About to wait for the first time: ask ctx whether this is a
+			// handler publishing into its own partition, outside mu
+			// (ctx.Value may be user code), then look at the room again.
+			looked = true
+			p.unlockReporting(before)
+			self = handlerOf(ctx, p)
+			continue
+		}
+		if self != nil && p.waitsForItselfLocked(self) {
+			p.stats.TimedOut++
+			err := fmt.Errorf("%w: partition %d: group %q publishes from the handler of its record at offset %d, "+
+				"which keeps the partition full until the handler returns: waiting could only end at BlockTimeout (%v)",
+				ErrBackpressure, p.index, self.g.name, p.base, p.ret.BlockTimeout)
+			p.unlockReporting(before)
+			if p.obs != nil {
+				p.observeBackpressure(engine.EventBackpressureTimeout, 0, err)
+			}
+			return n, err
+		}
 		began := !blocked
 		if began {
 			blocked = true
@@ -129,6 +152,25 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 	}
 }
 
+// waitsForItselfLocked reports whether a producer that found no room
+// would wait for itself: it runs in the handler of w (its ctx says so),
+// w's group has not committed the partition's oldest record, so nothing
+// can be reclaimed before that handler returns, and no age limit can
+// make room meanwhile (the caller checked MaxAge). The handler is in
+// flight: the partition shows InFlight. That the publish runs on the
+// handler's goroutine, and not on one it handed its ctx to, is taken on
+// trust (see pubsub.Block). Neither another group holding the partition
+// full too nor a revocation changes anything: this record must be
+// committed first either way, and a partition moves to another member
+// only once its worker's handler returned.
+func (p *Partition) waitsForItselfLocked(w *worker) bool {
+	if w.gp.cursor.Committed() > p.base {
+		return false
+	}
+	state, _, _ := unpackProgress(w.gp.progress.Load())
+	return state == InFlight
+}
+
 // release hands a reclaimed record, if there is one, to whoever reuses it:
 // appended to freed when not nil, else put in the topic's pool, for
 // NewRecord.
@@ -142,7 +184,7 @@ func (p *Partition) release(rec *Record, freed *[]*Record) {
 	}
 }
 
-// roomLocked makes room for a record of need key and value bytes if the
+// roomLocked makes room for a record of need bytes (recordBytes) if the
 // retention allows it, and reports whether there is room. It frees the
 // oldest records, as many as it takes: it reclaims what every group has
 // committed, trims what no group reads (while no group is subscribed), or,
@@ -191,9 +233,9 @@ func (p *Partition) fitsLocked(need int64) bool {
 	return p.size < p.ring.size() && (p.ret.MaxBytes == 0 || p.bytes+need <= p.ret.MaxBytes)
 }
 
-// recordBytes is what a record counts against MaxBytes: its key and value.
-// Headers, and the record's own bookkeeping, are not counted.
-func recordBytes(rec *Record) int64 { return int64(len(rec.Key) + len(rec.Value)) }
+// recordBytes is what a record counts against MaxBytes: its key, value
+// and headers (engine.RecordBytes).
+func recordBytes(rec *Record) int64 { return engine.RecordBytes(rec) }
 
 // tooLarge fails a record that could never fit under MaxBytes, even in an
 // empty log: it must fail at once, not wait or evict everything first. It
@@ -201,21 +243,22 @@ func recordBytes(rec *Record) int64 { return int64(len(rec.Key) + len(rec.Value)
 // spares the others a call per record.
 func (p *Partition) tooLarge(rec *Record) error {
 	if size := recordBytes(rec); size > p.ret.MaxBytes {
-		return fmt.Errorf("%w: topic %q partition %d: a record of %d bytes (key %d + value %d) can never fit in MaxBytes %d",
-			ErrInvalid, p.topic, p.index, size, len(rec.Key), len(rec.Value), p.ret.MaxBytes)
+		return fmt.Errorf("%w: topic %q partition %d: a record of %s can never fit in MaxBytes %d",
+			ErrInvalid, p.topic, p.index, engine.DescribeSize(rec), p.ret.MaxBytes)
 	}
 	return nil
 }
 
-// storeLocked puts rec at the end of the log and returns its offset.
-// Readers see it once publishLocked moves the end past it.
-func (p *Partition) storeLocked(rec *Record) int64 {
+// storeLocked puts rec, of size bytes (recordBytes), at the end of the
+// log and returns its offset. Readers see it once publishLocked moves the
+// end past it.
+func (p *Partition) storeLocked(rec *Record, size int64) int64 {
 	offset := p.next
 	rec.Offset = offset
 	p.ring.store(offset, rec)
 	p.size++
 	p.next++
-	p.bytes += recordBytes(rec)
+	p.bytes += size
 	return offset
 }
 

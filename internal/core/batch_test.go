@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -340,6 +341,51 @@ func TestABatchGivenBackCountsNoAttempt(t *testing.T) {
 		defer mu.Unlock()
 		if fmt.Sprint(attempts) != "[1 1]" {
 			t.Errorf("attempts %v, want [1 1]: the give-back was no attempt", attempts)
+		}
+	})
+}
+
+// A batch consumer's slots grow with what it reads, not with MaxSize
+// (they were all allocated when its worker started): each batch is still
+// everything one read found, up to MaxSize, whether the slots had to grow
+// for it from nothing, from a smaller batch, or while MaxWait topped a
+// batch up.
+func TestBatchSlotsGrowWithWhatIsRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		topic := mustTopic(t, b, "t", TopicSpec{})
+		var sizes []int
+		var mu sync.Mutex
+		log := batchLog{fail: func(b *Batch) error {
+			mu.Lock()
+			defer mu.Unlock()
+			sizes = append(sizes, len(b.Records))
+			return nil
+		}}
+		for i := range 300 {
+			publish(t, topic, "", fmt.Sprint(i))
+		}
+		g := subscribeBatch(t, b, "t", "g", "c1", log.handle, GroupSpec{}, BatchSpec{MaxSize: 256, MaxWait: time.Minute})
+		drain(t, b) // 256 at once, then 44 and a minute's wait for more
+		mustPause(t, g)
+		for i := range 3 {
+			publish(t, topic, "", fmt.Sprint("late", i))
+		}
+		if err := g.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the worker read the 3 and waits for more
+		for i := range 300 {
+			publish(t, topic, "", fmt.Sprint("more", i))
+		}
+		drain(t, b) // the wait fills the batch to 256, then 47 more
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []int{256, 44, 256, 47}; !slices.Equal(sizes, want) {
+			t.Errorf("batch sizes %v, want %v", sizes, want)
+		}
+		if got := log.got(); !strings.HasPrefix(got, "[[0 1 2 ") {
+			t.Errorf("batches %.40s..., want them in offset order", got)
 		}
 	})
 }

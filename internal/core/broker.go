@@ -229,45 +229,55 @@ func (b *Broker) Group(name, topic string) (*Group, error) {
 // far, and returns nil. A group with lag that cannot make progress (paused,
 // or without consumers) makes it return at once an error wrapping
 // ErrStalled that names the group; when ctx ends first, it returns an error
-// wrapping ctx's that names what was left. Drain is woken by commits and
-// by every change that can stall a group; it does not poll.
+// wrapping ctx's that names what was left. After Close, a group left with
+// lag can never move again: Drain then returns an error wrapping ErrClosed
+// that names it. Drain is woken by commits and by every change that can
+// stall a group; it does not poll.
 func (b *Broker) Drain(ctx context.Context) error {
-	return b.drain(ctx, false)
+	_, err := b.drain(ctx, false)
+	return err
 }
 
 // drain is Drain; with skipStalled it waits only for the groups that can
-// make progress, as Close does.
-func (b *Broker) drain(ctx context.Context, skipStalled bool) error {
+// make progress, as Close does. It also returns the groups with lag that
+// could not move when it last looked (described as behind does), which is
+// why Close leaves their records behind.
+func (b *Broker) drain(ctx context.Context, skipStalled bool) (stalled []string, err error) {
 	for {
 		b.progressWatch.Add(1)
 		b.progressMu.Lock()
 		changed := b.progress
 		b.progressMu.Unlock()
-		behind, stalled := b.behind()
+		behind, stalled, stopped := b.behind()
 		if len(stalled) > 0 && !skipStalled {
 			b.progressWatch.Add(-1)
-			return fmt.Errorf("%w: %s", ErrStalled, strings.Join(stalled, "; "))
+			if stopped {
+				return stalled, fmt.Errorf("%w: %s", ErrClosed, strings.Join(stalled, "; "))
+			}
+			return stalled, fmt.Errorf("%w: %s", ErrStalled, strings.Join(stalled, "; "))
 		}
 		if len(behind) == 0 {
 			b.progressWatch.Add(-1)
-			return nil
+			return stalled, nil
 		}
 		select {
 		case <-changed:
 			b.progressWatch.Add(-1)
 		case <-ctx.Done():
 			b.progressWatch.Add(-1)
-			if behind, _ := b.behind(); len(behind) > 0 {
-				return fmt.Errorf("%w; left: %s", ctx.Err(), strings.Join(behind, "; "))
+			behind, stalled, _ := b.behind()
+			if len(behind) > 0 {
+				return stalled, fmt.Errorf("%w; left: %s", ctx.Err(), strings.Join(behind, "; "))
 			}
-			return nil
+			return stalled, nil
 		}
 	}
 }
 
 // behind describes the groups that have lag: those that can make progress,
-// and those that cannot (stalled).
-func (b *Broker) behind() (behind, stalled []string) {
+// and those that cannot (stalled). stopped says that one of the stalled
+// cannot because Close stopped it.
+func (b *Broker) behind() (behind, stalled []string, stopped bool) {
 	for _, g := range b.groupList() {
 		lag := g.Lag()
 		redriving := g.redriving()
@@ -278,15 +288,19 @@ func (b *Broker) behind() (behind, stalled []string) {
 		if redriving > 0 {
 			desc += fmt.Sprintf(" with %d redriven dead letters to deliver", redriving)
 		}
-		if why := g.stalled(); why != "" {
-			stalled = append(stalled, desc+" and "+why)
-		} else {
+		switch why := g.stalled(); why {
+		case "":
 			behind = append(behind, desc)
+		case isStopped:
+			stopped = true
+			fallthrough
+		default:
+			stalled = append(stalled, desc+" and "+why)
 		}
 	}
 	slices.Sort(behind)
 	slices.Sort(stalled)
-	return behind, stalled
+	return behind, stalled, stopped
 }
 
 // notifyProgress wakes Drain. Callers: a commit that reached the end of its
@@ -366,8 +380,7 @@ func (b *Broker) Close(ctx context.Context) error {
 			p.seal(ErrClosed)
 		}
 	}
-	_, stalled := b.behind()
-	drainErr := b.drain(ctx, true)
+	stalled, _ := b.drain(ctx, true)
 	groups := b.groupList()
 	// Deleted groups have nothing left to drain or report, but a worker of
 	// theirs may still run: Close stops it as well.
@@ -402,12 +415,18 @@ func (b *Broker) Close(ctx context.Context) error {
 	})
 	var err error
 	if len(pending) > 0 {
+		// Err always wraps a sentinel: records are left behind only when
+		// ctx ended, or when a group could not move. The drain's last look
+		// names those: a group may stall during the drain (its last
+		// consumer left mid-Close), so a look before it could miss one.
 		e := &ShutdownError{Unfinished: pending}
 		switch {
-		case drainErr != nil || ctx.Err() != nil:
+		case ctx.Err() != nil:
 			e.Err = ctx.Err()
 		case len(stalled) > 0:
 			e.Err = fmt.Errorf("%w: %s", ErrStalled, strings.Join(stalled, "; "))
+		default: // cannot be: nothing moves a drained group's offsets back once Close began
+			e.Err = fmt.Errorf("%w: %s", ErrStalled, describeUnfinished(pending))
 		}
 		err = e
 	}
@@ -424,4 +443,16 @@ func (b *Broker) Close(ctx context.Context) error {
 	close(closed)
 	b.notifyProgress()
 	return err
+}
+
+// describeUnfinished names the groups of pending, for an error.
+func describeUnfinished(pending []Unfinished) string {
+	var b strings.Builder
+	for i, u := range pending {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "group %q on topic %q partition %d did not finish", u.Group, u.Topic, u.Partition)
+	}
+	return b.String()
 }

@@ -975,7 +975,7 @@ func TestInvalidRequests(t *testing.T) {
 		{"empty consumer", second(b.Subscribe("orders", "g", "", nop, nil, GroupSpec{})), ErrSubscription},
 		{"nil handler", second(b.Subscribe("orders", "g", "c", nil, nil, GroupSpec{})), ErrSubscription},
 		{"negative group retries", second(b.Subscribe("orders", "g", "c", nop, nil, GroupSpec{Retry: RetryPolicy{MaxAttempts: -2}})), ErrInvalid},
-		{"negative dead-letter limit", second(b.Subscribe("orders", "g", "c", nop, nil, GroupSpec{DeadLetterLimit: -1})), ErrInvalid},
+		{"negative dead-letter limit other than NoDeadLetters", second(b.Subscribe("orders", "g", "c", nop, nil, GroupSpec{DeadLetterLimit: -2})), ErrInvalid},
 		{"unknown group", second(b.Group("nope", "orders")), ErrSubscription},
 	}
 	for _, tt := range tests {

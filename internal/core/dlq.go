@@ -15,10 +15,15 @@ type deadLetters struct {
 }
 
 // add appends l, evicting the oldest letter when the queue is full, and
-// reports whether it did.
+// reports whether it did. A queue whose limit is 0 keeps nothing: l itself
+// is evicted, and counted.
 func (q *deadLetters) add(l DeadLetter) (evicted bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.limit == 0 {
+		q.evicted++
+		return true
+	}
 	if len(q.letters) == q.limit {
 		copy(q.letters, q.letters[1:])
 		q.letters = q.letters[:len(q.letters)-1]

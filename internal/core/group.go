@@ -181,6 +181,8 @@ func newGroup(b *Broker, t *Topic, name string, cfg GroupSpec) (*Group, error) {
 	}
 	limit := cfg.DeadLetterLimit
 	switch {
+	case limit == engine.NoDeadLetters:
+		limit = 0 // every letter is evicted as it comes
 	case limit < 0:
 		return nil, fmt.Errorf("%w: dead-letter limit %d is negative", ErrInvalid, limit)
 	case limit == 0:
@@ -509,8 +511,13 @@ func (g *Group) noWorkerLocked(match func(*groupPartition) bool) func() bool {
 // partition's worker finishes its current delivery first and restarts at
 // offset; Seek waits for it until ctx ends, and when ctx ends first it
 // moves nothing and returns an error wrapping ctx's. A seek starts a new
-// epoch: attempt counts start again.
+// epoch: attempt counts start again. Once Close began it moves nothing and
+// fails with ErrClosed, whatever its arguments: a drain must not see a
+// cursor it found caught up move back.
 func (g *Group) Seek(ctx context.Context, partition int, offset int64) error {
+	if g.closing() {
+		return ErrClosed
+	}
 	if err := g.deletedErr(); err != nil {
 		return err
 	}
@@ -527,8 +534,11 @@ func (g *Group) Seek(ctx context.Context, partition int, offset int64) error {
 // Replay moves every partition's cursor to from (see Start), at once: the
 // workers finish their current deliveries, and no partition restarts
 // before every cursor moved. Like Seek, it waits until ctx ends, and then
-// moves nothing.
+// moves nothing, and fails with ErrClosed once Close began.
 func (g *Group) Replay(ctx context.Context, from Start) error {
+	if g.closing() {
+		return ErrClosed
+	}
 	if err := from.Validate(); err != nil {
 		return err
 	}
@@ -541,7 +551,7 @@ func (g *Group) Replay(ctx context.Context, from Start) error {
 func (g *Group) reposition(ctx context.Context, match func(*groupPartition) bool, move func(*groupPartition) error) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.stopped {
+	if g.stopped || g.closing() {
 		return ErrClosed
 	}
 	if err := g.deletedErr(); err != nil {
@@ -554,10 +564,13 @@ func (g *Group) reposition(ctx context.Context, match func(*groupPartition) bool
 	}
 	g.signalLocked(match)
 	err := g.waitLocked(ctx, g.noWorkerLocked(match))
-	if err != nil {
+	switch {
+	case err != nil:
 		err = fmt.Errorf("moved nothing: deliveries still in flight on %s: %w",
 			g.partitionsLocked(func(gp *groupPartition) bool { return match(gp) && gp.w != nil }), err)
-	} else {
+	case g.stopped || g.closing(): // Close began while it waited
+		err = fmt.Errorf("%w: moved nothing", ErrClosed)
+	default:
 		// Deleted while it waited: its cursors are sealed, and moving one
 		// would unseal it.
 		err = g.deletedErr()
@@ -566,7 +579,7 @@ func (g *Group) reposition(ctx context.Context, match func(*groupPartition) bool
 		if !match(gp) {
 			continue
 		}
-		if err == nil && !g.stopped {
+		if err == nil {
 			err = move(gp)
 			gp.retryOffset, gp.attempts = -1, 0
 		}
@@ -576,6 +589,9 @@ func (g *Group) reposition(ctx context.Context, match func(*groupPartition) bool
 	g.broker.notifyProgress()
 	return err
 }
+
+// closing reports whether the broker's Close began.
+func (g *Group) closing() bool { return g.broker.State() != Running }
 
 // Committed returns the next offset the group will read from partition, or
 // -1 when the topic has no such partition or the group was deleted.
@@ -634,6 +650,9 @@ func (g *Group) DeadLetters() []DeadLetter {
 	return letters
 }
 
+// isStopped is what stalled says of a group Close stopped.
+const isStopped = "is stopped"
+
 // stalled reports why the group cannot make progress ("is paused", "has
 // no consumers"), or "" when it can. Drain waits only for groups that can.
 func (g *Group) stalled() string {
@@ -641,7 +660,7 @@ func (g *Group) stalled() string {
 	defer g.mu.Unlock()
 	switch {
 	case g.stopped:
-		return "is stopped"
+		return isStopped
 	case g.paused:
 		return "is paused"
 	case len(g.members) == 0:

@@ -11,8 +11,8 @@ import (
 // reused: trimming moves the earliest offset up, never the end down.
 //
 // The log is full for a new record when it holds MaxMessages records, or,
-// with MaxBytes, when the record's key and value would take the bytes it
-// holds past MaxBytes. Records leave in three ways, all under mu, each as
+// with MaxBytes, when the record's key, value and headers would take the
+// bytes it holds past MaxBytes. Records leave in three ways, all under mu, each as
 // many times as the new record needs, and each is counted, so
 // Earliest == Reclaimed + Dropped + Expired always:
 //   - reclaim: when the log is full, the oldest record is freed if every
@@ -70,7 +70,7 @@ type Partition struct {
 
 	mu         sync.Mutex     // guards everything below
 	size       int            // records retained: next - base
-	bytes      int64          // key and value bytes of the records retained (recordBytes)
+	bytes      int64          // bytes of the records retained, headers included (recordBytes)
 	base, next int64          // offsets of the oldest retained record and of the next one
 	cursors    []subscriber   // one per subscribed group: the low-water mark is their minimum
 	lowWater   int64          // a low-water mark the cursors were at or past; see reclaimLocked

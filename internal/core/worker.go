@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"runtime/debug"
 	"sync/atomic"
@@ -28,18 +29,21 @@ type worker struct {
 	gp *groupPartition
 	m  *member
 
-	stop    chan struct{} // closed by signal: finish the current delivery, then exit
-	stopped atomic.Bool   // set by signal before it closes stop: checked per record, for less than a select costs
-	bell    chan struct{} // rung by the partition when records arrive; see Partition.Read
+	ctx     context.Context // the handlers' context: the broker's, carrying the worker (see handlerOf)
+	stop    chan struct{}   // closed by signal: finish the current delivery, then exit
+	stopped atomic.Bool     // set by signal before it closes stop: checked per record, for less than a select costs
+	bell    chan struct{}   // rung by the partition when records arrive; see Partition.Read
 	buf     [readBatch]*Record
 
 	readEnd  int64    // the offset after the last record read
 	delivery Delivery // handed to the handler; see call
 
 	// A batch consumer's worker reads into recs instead of buf (see
-	// runBatches) and hands over batch.
+	// runBatches) and hands over batch. recs and ids grow with what the
+	// partition has to deliver, up to limit (see fit).
 	recs  []*Record
 	ids   []string
+	limit int // the most records a batch holds: MaxSize, or fewer when the partition holds fewer
 	batch Batch
 	one   [1]*Record  // a redriven letter, handed over alone (callOne)
 	wait  *time.Timer // MaxWait, made on first use
@@ -48,9 +52,10 @@ type worker struct {
 // startWorker starts the worker of gp for m. The caller holds g.mu.
 func startWorker(g *Group, gp *groupPartition, m *member) *worker {
 	w := &worker{g: g, gp: gp, m: m, stop: make(chan struct{}), bell: make(chan struct{}, 1)}
+	w.ctx = context.WithValue(g.broker.handlerCtx, handlerKey{}, w)
 	w.delivery = Delivery{Topic: g.topic.name, Partition: gp.index, Revoked: w.stop}
 	if m.batch != nil {
-		w.recs, w.ids = make([]*Record, m.spec.MaxSize), make([]string, m.spec.MaxSize)
+		w.limit = min(m.spec.MaxSize, gp.part.ring.size())
 		w.batch = Batch{Topic: g.topic.name, Partition: gp.index, Revoked: w.stop}
 	}
 	// The goroutine exits when stop is closed, after its current delivery;
@@ -59,8 +64,49 @@ func startWorker(g *Group, gp *groupPartition, m *member) *worker {
 	go func() {
 		defer g.exited(w)
 		w.run()
+		w.hold()
 	}()
 	return w
+}
+
+// hold keeps the partition until the group takes it back (stop) or Close
+// gives up on the handlers. A worker's loop ends early, without stop, only
+// when the handler gave a delivery back (ErrNotDelivered, ErrAbandoned):
+// its consumer is going away, but the group has not moved the partition
+// yet. Exiting then would make exited start a successor for the same
+// member at once, which would read the same record and be given it back
+// again, as often as the scheduler allows before the member's Leave takes
+// the group's lock (a closed Stream gave one unread delivery back hundreds
+// of times in one Close, raising the delivery hooks each time). Held, the
+// record waits, uncommitted, for the partition's next owner; meanwhile
+// the partition shows Pending, not a delivery in flight (which the stuck
+// watchdog would report).
+func (w *worker) hold() {
+	if w.stopping() {
+		return
+	}
+	w.gp.setState(Pending)
+	select {
+	case <-w.stop:
+	case <-w.g.broker.handlerCtx.Done():
+	}
+}
+
+// handlerKey is the key under which a handler's context carries its
+// worker, so that a publish made with it can tell that it comes from the
+// handler of a partition (see Partition.waitsForItselfLocked). The value
+// is set once per worker, not per delivery: it costs the deliveries
+// nothing.
+type handlerKey struct{}
+
+// handlerOf returns the worker whose handler was given ctx (or a context
+// derived from it) when that worker serves p, else nil. ctx.Value may be
+// user code: call it under no lock.
+func handlerOf(ctx context.Context, p *Partition) *worker {
+	if w, _ := ctx.Value(handlerKey{}).(*worker); w != nil && w.gp.part == p {
+		return w
+	}
+	return nil
 }
 
 // signal tells the worker to stop. Idempotent; the caller holds g.mu.
@@ -239,7 +285,7 @@ func (w *worker) call(rec *Record, attempt int) (err error) {
 	case w.gp.part.ids != nil:
 		d.ID = w.gp.part.ids.id(rec.Offset)
 	}
-	return w.m.handler(w.g.broker.handlerCtx, d)
+	return w.m.handler(w.ctx, d)
 }
 
 // park puts rec, named id, in the group's dead letters after attempt

@@ -74,10 +74,11 @@ type BatchSpec struct {
 // Limits and defaults of BatchSpec.
 const (
 	DefaultBatchSize = 64
-	// MaxBatchSize bounds MaxSize: a worker keeps a slot per record of a
-	// batch, allocated when it starts, and the typed layer a Message per
-	// record for each partition (about 160 bytes a record in all: 640 KiB
-	// per partition at this bound). Kafka's max.poll.records is 500 by
+	// MaxBatchSize bounds MaxSize: a worker keeps a slot per record of
+	// the largest batch it has delivered, and the typed layer a Message
+	// per record for each partition (about 160 bytes a record in all: 640
+	// KiB per partition at this bound, for a partition that has had that
+	// many records to deliver at once). Kafka's max.poll.records is 500 by
 	// default.
 	MaxBatchSize = 1 << 12
 )

@@ -35,7 +35,41 @@ type Retention struct {
 	MaxAge       time.Duration // trim records older than this; 0 keeps them
 	OnFull       FullPolicy    // default Block
 	BlockTimeout time.Duration // longest wait for room under Block; default 1s
-	MaxBytes     int64         // key+value bytes held at most; 0 means no byte bound
+	MaxBytes     int64         // bytes held at most, as RecordBytes counts them; 0 means no byte bound
+}
+
+// RecordBytes is what a record counts against Retention.MaxBytes: its key,
+// its value, and the keys and values of its headers. The record's own
+// bookkeeping is not counted. Headers count because they are payload a
+// publisher chooses: uncounted, a partition bounded at 64 KiB held 255 MiB
+// of them.
+func RecordBytes(rec *Record) int64 {
+	n := int64(len(rec.Key) + len(rec.Value))
+	if rec.Headers != nil {
+		n += headerBytes(rec.Headers)
+	}
+	return n
+}
+
+// DescribeSize says what rec counts against MaxBytes, part by part, for
+// an error: "11 bytes (key 3 + value 8)", with "+ headers n" when it has
+// headers.
+func DescribeSize(rec *Record) string {
+	if rec.Headers == nil {
+		return fmt.Sprintf("%d bytes (key %d + value %d)", RecordBytes(rec), len(rec.Key), len(rec.Value))
+	}
+	return fmt.Sprintf("%d bytes (key %d + value %d + headers %d)",
+		RecordBytes(rec), len(rec.Key), len(rec.Value), headerBytes(rec.Headers))
+}
+
+// headerBytes is the bytes of h's keys and values. Apart from RecordBytes
+// so that a record without headers costs a nil check.
+func headerBytes(h map[string]string) int64 {
+	var n int64
+	for k, v := range h {
+		n += int64(len(k) + len(v))
+	}
+	return n
 }
 
 // Defaults of Retention.
@@ -77,7 +111,7 @@ type PartitionStats struct {
 	Earliest int64 // offset of the oldest retained record
 	End      int64 // offset the next record will get
 	Retained int   // records held now
-	// RetainedBytes is the key and value bytes of the records held now,
+	// RetainedBytes is the bytes of the records held now (RecordBytes),
 	// what Retention.MaxBytes bounds.
 	RetainedBytes int64
 	Reclaimed     int64 // records freed after every group had committed past them
@@ -213,7 +247,7 @@ func (c TopicSpec) Resolve(name string) (TopicSpec, error) {
 // GroupSpec is what a group is created with. Zero fields mean the defaults.
 type GroupSpec struct {
 	Retry           RetryPolicy // zero: the broker's policy
-	DeadLetterLimit int         // dead letters kept, oldest evicted first; default 1024
+	DeadLetterLimit int         // dead letters kept, oldest evicted first; 0: DefaultDeadLetterLimit; NoDeadLetters: none
 	Start           Start       // where the group begins in every partition; zero: Earliest
 }
 
@@ -297,6 +331,13 @@ type DeadLetter struct {
 
 // DefaultDeadLetterLimit is how many dead letters a group keeps by default.
 const DefaultDeadLetterLimit = 1024
+
+// NoDeadLetters is the DeadLetterLimit of a group that keeps no dead
+// letters (pubsub.WithDeadLetterLimit(0)): each record it gives up on is
+// counted as dead-lettered and as evicted at once, and observed, but not
+// kept. An engine that cannot honour it refuses it with ErrInvalid, as it
+// does any other negative limit.
+const NoDeadLetters = -1
 
 // State is a broker's lifecycle stage.
 type State int32

@@ -77,8 +77,8 @@ const (
 	// MaxAge: the engine honours Retention.MaxAge, trimming records older
 	// than it (TopicStats.Expired).
 	MaxAge Capability = "max-age"
-	// MaxBytes: the engine honours Retention.MaxBytes, bounding the key and
-	// value bytes each partition retains.
+	// MaxBytes: the engine honours Retention.MaxBytes, bounding the bytes
+	// (keys, values and headers) each partition retains.
 	MaxBytes Capability = "max-bytes"
 	// Snapshots: Broker.Snapshot describes the engine in full (not
 	// Partial): deliveries in flight with their attempt, lag in time,
