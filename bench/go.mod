@@ -6,7 +6,7 @@ replace github.com/logbus/logbus => ../
 
 require (
 	github.com/ThreeDotsLabs/watermill v1.4.7
-	github.com/logbus/logbus v0.0.0-00010101000000-000000000000
+	github.com/logbus/logbus v0.3.0
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.56.0
 	golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4
@@ -18,7 +18,7 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
-	github.com/logbus/logbus/jetstream v0.0.0-00010101000000-000000000000
+	github.com/logbus/logbus/jetstream v0.3.0
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/nats-io/jwt/v2 v2.8.3 // indirect
 	github.com/nats-io/nkeys v0.4.17 // indirect

@@ -2,10 +2,8 @@ module github.com/logbus/logbus/jetstream
 
 go 1.26.0
 
-replace github.com/logbus/logbus => ../
-
 require (
-	github.com/logbus/logbus v0.0.0-00010101000000-000000000000
+	github.com/logbus/logbus v0.3.0
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.56.0
 	go.uber.org/goleak v1.3.0
@@ -23,5 +21,4 @@ require (
 	golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
-	pgregory.net/rapid v1.3.0 // indirect
 )

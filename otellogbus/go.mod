@@ -3,7 +3,7 @@ module github.com/logbus/logbus/otellogbus
 go 1.26.0
 
 require (
-	github.com/logbus/logbus v0.0.0
+	github.com/logbus/logbus v0.3.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
@@ -20,7 +20,4 @@ require (
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	golang.org/x/exp v0.0.0-20261113113407-e3970619a1a4 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-	pgregory.net/rapid v1.3.0 // indirect
 )
-
-replace github.com/logbus/logbus => ../

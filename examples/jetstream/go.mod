@@ -8,8 +8,8 @@ replace (
 )
 
 require (
-	github.com/logbus/logbus v0.0.0-00010101000000-000000000000
-	github.com/logbus/logbus/jetstream v0.0.0-00010101000000-000000000000
+	github.com/logbus/logbus v0.3.0
+	github.com/logbus/logbus/jetstream v0.3.0
 	github.com/nats-io/nats.go v1.56.0
 	go.uber.org/goleak v1.3.0
 )

@@ -3,8 +3,8 @@ module github.com/logbus/logbus/examples/observe
 go 1.26.0
 
 require (
-	github.com/logbus/logbus v0.0.0
-	github.com/logbus/logbus/otellogbus v0.0.0
+	github.com/logbus/logbus v0.3.0
+	github.com/logbus/logbus/otellogbus v0.3.0
 	github.com/prometheus/client_golang v1.25.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
