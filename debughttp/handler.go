@@ -18,6 +18,18 @@
 //	GET  /topics/{topic}/groups/{group}     one group: its partitions and dead letters
 //	POST /topics/{topic}/groups/{group}/{action}   pause, resume, replay or redrive
 //
+// The actions' form fields: replay needs from=earliest, latest, offset
+// (with offset=N) or time (with time=RFC 3339), and has no default, so
+// that a typo cannot rewind a group; redrive needs id=ID (repeated) or
+// all=1. A browser is sent back to the group's page (303 See Other), which
+// says what was done; a JSON client gets {"ok": true, ...}, anyone else a
+// line of text. Redrive answers how many dead letters it sent back.
+//
+// An error answers in the format the client asked for: JSON for an Accept
+// header naming application/json (or ?format=json), a page for a browser
+// (text/html), and otherwise, as for curl, one line of text; 404 and 405
+// (with its Allow header) too.
+//
 // The page is read-only unless WithActions is given: without it every POST
 // is refused with 403 Forbidden. With it, the actions are POST requests
 // only (a GET is 405 Method Not Allowed), and cross-origin browser requests
@@ -27,7 +39,8 @@
 //
 // Reading the page takes a Broker.Snapshot and, for groups that hold dead
 // letters, a copy of them: it never waits for a handler. Actions wait as
-// the Group methods they call do, at most 5 seconds.
+// the Group methods they call do, at most 5 seconds; one that reaches that
+// deadline answers 504 Gateway Timeout, saying what it did so far.
 package debughttp
 
 import (
@@ -39,6 +52,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -97,8 +111,9 @@ type source interface {
 	// overview describes everything, with at most letters dead letters per
 	// group, the newest first.
 	overview(letters int) overview
-	// act applies a to group on topic.
-	act(ctx context.Context, topic, group string, a action) error
+	// act applies a to group on topic; for the actions that count, it
+	// returns how many dead letters they moved.
+	act(ctx context.Context, topic, group string, a action) (int, error)
 }
 
 // action is one POST: what to do to a group.
@@ -107,6 +122,9 @@ type action struct {
 	from pubsub.Start // replay: where from
 	ids  []string     // redrive: the dead letters' IDs; nil for all
 }
+
+// counts reports whether a answers how many dead letters it moved.
+func (a action) counts() bool { return a.kind == "redrive" }
 
 type handler struct {
 	src  source
@@ -121,11 +139,26 @@ func newHandler(src source, opts ...Option) *handler {
 		o.apply(&cfg)
 	}
 	h := &handler{src: src, cfg: cfg, mux: http.NewServeMux(), csrf: http.NewCrossOriginProtection()}
-	h.mux.HandleFunc("GET /{$}", h.serveOverview)
-	h.mux.HandleFunc("GET /topics/{topic}", h.serveTopic)
-	h.mux.HandleFunc("GET /topics/{topic}/groups/{group}", h.serveGroup)
-	h.mux.Handle("POST /topics/{topic}/groups/{group}/{action}", h.csrf.Handler(http.HandlerFunc(h.serveAction)))
+	// The methods are checked here, not by the mux, whose 405 and 404
+	// answer in plain text whatever the client asked for.
+	h.mux.HandleFunc("/{$}", h.view(h.serveOverview))
+	h.mux.HandleFunc("/topics/{topic}", h.view(h.serveTopic))
+	h.mux.HandleFunc("/topics/{topic}/groups/{group}", h.view(h.serveGroup))
+	h.mux.HandleFunc("/topics/{topic}/groups/{group}/{action}", h.serveAction)
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { h.notFound(w, r, "no page "+strconv.Quote(r.URL.Path)) })
 	return h
+}
+
+// view serves GET and HEAD with serve, and refuses other methods.
+func (h *handler) view(serve http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			h.fail(w, r, http.StatusMethodNotAllowed, r.Method+" is not allowed here: the views answer GET")
+			return
+		}
+		serve(w, r)
+	}
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -181,12 +214,14 @@ func (h *handler) serveGroup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.render(w, r, &page{Title: "logbus: group " + g.Name + " on " + t.Name, overview: &o, Topic: t, Group: g,
-		Notice: notice(r.URL.Query().Get("done"))})
+		Notice: notice(r.URL.Query())})
 }
 
-// notice is the line a page shows after an action redirected to it.
-func notice(done string) string {
-	switch done {
+// notice is the line a page shows after an action redirected to it
+// (?done=kind&count=n).
+func notice(q url.Values) string {
+	count, _ := strconv.Atoi(q.Get("count"))
+	switch q.Get("done") {
 	case "pause":
 		return "Paused."
 	case "resume":
@@ -194,15 +229,24 @@ func notice(done string) string {
 	case "replay":
 		return "Replayed."
 	case "redrive":
-		return "Dead letters sent back to the group."
+		return fmt.Sprintf("%d dead letter(s) sent back to the group.", max(count, 0))
 	}
 	return ""
 }
 
 func (h *handler) serveAction(w http.ResponseWriter, r *http.Request) {
 	topic, group := r.PathValue("topic"), r.PathValue("group")
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		h.fail(w, r, http.StatusMethodNotAllowed, r.Method+" is not allowed here: actions are POST requests")
+		return
+	}
 	if !h.cfg.actions {
 		h.fail(w, r, http.StatusForbidden, "actions are disabled: this page is read-only (debughttp.WithActions enables them)")
+		return
+	}
+	if err := h.csrf.Check(r); err != nil {
+		h.fail(w, r, http.StatusForbidden, "refused: "+err.Error())
 		return
 	}
 	a, err := parseAction(r)
@@ -212,18 +256,47 @@ func (h *handler) serveAction(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.timeout)
 	defer cancel()
-	if err := h.src.act(ctx, topic, group, a); err != nil {
+	n, err := h.src.act(ctx, topic, group, a)
+	if err != nil {
 		h.fail(w, r, statusOf(err), err.Error())
 		return
 	}
-	if wantsJSON(r) {
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "action": a.kind, "topic": topic, "group": group})
-		return
+	res := result{OK: true, Action: a.kind, Topic: topic, Group: group}
+	if a.counts() {
+		res.Count = &n
 	}
-	// Back to the group's page, relative to this URL so that it works
-	// under any prefix: .../groups/{group}/{action} → .../groups/{group}.
-	w.Header().Set("Location", "../"+url.PathEscape(group)+"?done="+a.kind)
-	w.WriteHeader(http.StatusSeeOther)
+	switch formatOf(r) {
+	case formatJSON:
+		writeJSON(w, http.StatusOK, res)
+	case formatText:
+		writeText(w, http.StatusOK, res.String())
+	default:
+		// Back to the group's page, relative to this URL so that it works
+		// under any prefix: .../groups/{group}/{action} → .../groups/{group}.
+		q := url.Values{"done": {a.kind}}
+		if res.Count != nil {
+			q.Set("count", strconv.Itoa(n))
+		}
+		w.Header().Set("Location", "../"+url.PathEscape(group)+"?"+q.Encode())
+		w.WriteHeader(http.StatusSeeOther)
+	}
+}
+
+// result is an action's answer to a client that is not a browser.
+type result struct {
+	OK     bool   `json:"ok"`
+	Action string `json:"action"`
+	Topic  string `json:"topic"`
+	Group  string `json:"group"`
+	Count  *int   `json:"count,omitempty"` // redrive: the letters sent back
+}
+
+func (r result) String() string {
+	switch r.Action {
+	case "redrive":
+		return fmt.Sprintf("redrive: %d dead letter(s) sent back", *r.Count)
+	}
+	return r.Action + ": done"
 }
 
 // parseAction reads the action from the path and its arguments from the
@@ -238,7 +311,11 @@ func parseAction(r *http.Request) (action, error) {
 	case "pause", "resume":
 	case "replay":
 		switch from := r.PostForm.Get("from"); from {
-		case "", "earliest":
+		case "":
+			// No default: a replay from the earliest record rewinds the
+			// group, too much to do on a typo.
+			return a, errors.New("replay: say where from: from=earliest, latest, offset (with offset=N) or time (with time=RFC 3339)")
+		case "earliest":
 			a.from = pubsub.Earliest()
 		case "latest":
 			a.from = pubsub.Latest()
@@ -293,21 +370,37 @@ func (h *handler) notFound(w http.ResponseWriter, r *http.Request, msg string) {
 	h.fail(w, r, http.StatusNotFound, msg)
 }
 
-// fail answers with an error, as JSON or as a short page.
+// fail answers with an error in the format r asked for: JSON, a page for
+// a browser, or else (curl, scripts) a line of text.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, code int, msg string) {
-	if wantsJSON(r) {
+	switch formatOf(r) {
+	case formatJSON:
 		writeJSON(w, code, map[string]string{"error": msg})
-		return
+	case formatHTML:
+		h.render(w, r, &page{Title: "logbus: " + http.StatusText(code), Error: msg, Code: code})
+	default:
+		writeText(w, code, msg)
 	}
-	h.render(w, r, &page{Title: "logbus: " + http.StatusText(code), Error: msg, Code: code})
 }
 
-// wantsJSON reports whether r asks for JSON: ?format=json, or an Accept
-// header that names application/json (and is not a browser's, which names
-// text/html first).
-func wantsJSON(r *http.Request) bool {
-	if f := r.URL.Query().Get("format"); f != "" {
-		return f == "json"
+// format is what a client reads.
+type format int
+
+const (
+	formatText format = iota // a line of text: curl's default Accept, */*
+	formatHTML               // a page: a browser
+	formatJSON
+)
+
+// formatOf reads what r asks for: ?format=json or html, or the first of
+// application/json and text/html (or application/xhtml+xml) in its Accept
+// header. A browser names text/html first; curl's */* names neither.
+func formatOf(r *http.Request) format {
+	switch r.URL.Query().Get("format") {
+	case "json":
+		return formatJSON
+	case "html":
+		return formatHTML
 	}
 	for part := range strings.SplitSeq(r.Header.Get("Accept"), ",") {
 		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
@@ -316,12 +409,24 @@ func wantsJSON(r *http.Request) bool {
 		}
 		switch mt {
 		case "application/json":
-			return true
-		case "text/html":
-			return false
+			return formatJSON
+		case "text/html", "application/xhtml+xml":
+			return formatHTML
 		}
 	}
-	return false
+	return formatText
+}
+
+// wantsJSON reports whether a view should answer r in JSON; else it
+// answers with the page, to curl too.
+func wantsJSON(r *http.Request) bool { return formatOf(r) == formatJSON }
+
+func writeText(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, msg+"\n") // the client went away: nothing to do
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -76,22 +76,43 @@ func newDemo(t *testing.T) *demo {
 // get serves one request on h and returns the response.
 func get(t *testing.T, h http.Handler, target string, header ...string) *http.Response {
 	t.Helper()
-	r := httptest.NewRequest(http.MethodGet, target, nil)
-	for i := 0; i+1 < len(header); i += 2 {
-		r.Header.Set(header[i], header[i+1])
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w.Result()
+	return serve(t, h, http.MethodGet, target, nil, header...)
 }
 
 func post(t *testing.T, h http.Handler, target string, form url.Values, header ...string) *http.Response {
 	t.Helper()
-	r := httptest.NewRequest(http.MethodPost, target, strings.NewReader(form.Encode()))
-	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return serve(t, h, http.MethodPost, target, form, header...)
+}
+
+// serve serves one request on h, with the header's pairs of names and
+// values, and returns the response.
+func serve(t *testing.T, h http.Handler, method, target string, form url.Values, header ...string) *http.Response {
+	t.Helper()
+	return do(h, request(method, target, form, header...))
+}
+
+// request is a request to target from localhost, with form as its body
+// (unless nil) and the header's pairs; "Host" sets its Host.
+func request(method, target string, form url.Values, header ...string) *http.Request {
+	var r *http.Request
+	if form == nil {
+		r = httptest.NewRequest(method, target, nil)
+	} else {
+		r = httptest.NewRequest(method, target, strings.NewReader(form.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	r.Host = "localhost:6060"
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			r.Host = header[i+1]
+			continue
+		}
 		r.Header.Set(header[i], header[i+1])
 	}
+	return r
+}
+
+func do(h http.Handler, r *http.Request) *http.Response {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w.Result()
@@ -281,13 +302,16 @@ func TestTopicAndGroupViews(t *testing.T) {
 	})
 }
 
+// browser is the Accept header of a browser's navigation.
+var browser = []string{"Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+
 // Without WithActions every action is refused and nothing changes.
 func TestActionsAreOffByDefault(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDemo(t)
 		h := debughttp.Handler(d.b)
 		for _, a := range []string{"resume", "pause", "replay", "redrive"} {
-			resp := post(t, h, "/topics/orders/groups/audit/"+a, url.Values{"all": {"1"}})
+			resp := post(t, h, "/topics/orders/groups/audit/"+a, url.Values{"all": {"1"}}, browser...)
 			if resp.StatusCode != http.StatusForbidden || !strings.Contains(body(t, resp), "read-only") ||
 				resp.Header.Get("Content-Type") != "text/html; charset=utf-8" {
 				t.Errorf("POST %s: %d %q, want 403 and a page saying the page is read-only", a, resp.StatusCode, resp.Header.Get("Content-Type"))
@@ -338,7 +362,7 @@ func TestActionsWhenEnabled(t *testing.T) {
 			t.Errorf("the group page lacks its Resume and Replay forms:\n%s", page)
 		}
 
-		r = post(t, h, "/topics/orders/groups/audit/resume", nil, "Sec-Fetch-Site", "same-origin")
+		r = post(t, h, "/topics/orders/groups/audit/resume", nil, append(browser, "Sec-Fetch-Site", "same-origin")...)
 		if r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != "../audit?done=resume" {
 			t.Fatalf("resume: %d Location %q, want 303 to ../audit?done=resume", r.StatusCode, r.Header.Get("Location"))
 		}
@@ -382,12 +406,12 @@ func TestRedriveAction(t *testing.T) {
 		if r := post(t, h, "/topics/orders/groups/billing/redrive", url.Values{"id": {"no-such-letter"}}); r.StatusCode != http.StatusNotFound {
 			t.Errorf("redrive of an unknown ID: %d, want 404", r.StatusCode)
 		}
-		r := post(t, h, "/topics/orders/groups/billing/redrive", url.Values{"id": {g.DeadLetters[0].ID}})
+		r := post(t, h, "/topics/orders/groups/billing/redrive", url.Values{"id": {g.DeadLetters[0].ID}}, browser...)
 		if r.StatusCode != http.StatusSeeOther {
 			t.Fatalf("redrive by ID: %d, want 303", r.StatusCode)
 		}
 		synctest.Wait()
-		r = post(t, h, "/topics/orders/groups/billing/redrive", url.Values{"all": {"1"}})
+		r = post(t, h, "/topics/orders/groups/billing/redrive", url.Values{"all": {"1"}}, browser...)
 		if r.StatusCode != http.StatusSeeOther {
 			t.Fatalf("redrive all: %d, want 303", r.StatusCode)
 		}
@@ -517,7 +541,7 @@ func TestMountedUnderAPrefix(t *testing.T) {
 			t.Error("the overview does not link to the group relatively")
 		}
 		base, _ := url.Parse("http://host/debug/logbus/topics/orders/groups/audit/resume")
-		r := post(t, mux, base.Path, nil)
+		r := post(t, mux, base.Path, nil, browser...)
 		loc, err := base.Parse(r.Header.Get("Location"))
 		if err != nil || loc.Path != "/debug/logbus/topics/orders/groups/audit" {
 			t.Errorf("resume redirects to %v (%v), want the group's page under the prefix", loc, err)

@@ -3,22 +3,61 @@ package debughttp
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/logbus/logbus/pubsub"
 )
 
 // redrive sends the dead letters with the given IDs (every one for nil)
-// back to g. Naming a letter the group no longer holds (redriven already,
-// or evicted) is errNoLetter when none of those named was sent back.
+// back to g and returns how many it sent. Naming only letters the group
+// no longer holds (redriven already, or evicted) is errNoLetter. Errors
+// do not repeat the IDs, which may be many.
 func redrive(ctx context.Context, g *pubsub.Group[[]byte], ids []string) (int, error) {
-	var match func(pubsub.DeadLetter[[]byte]) bool
+	set := newIDSet(ctx, ids)
+	n, err := g.Redrive(ctx, set.match())
+	switch {
+	case err != nil:
+		return n, err
+	case set.stopped:
+		return n, fmt.Errorf("redrive group %q: stopped after sending back %d dead letter(s): %w", g.Name(), n, ctx.Err())
+	case n == 0 && set.ids != nil:
+		return 0, fmt.Errorf("redrive group %q: %w: none of the %d named is held", g.Name(), errNoLetter, len(set.ids))
+	}
+	return n, nil
+}
+
+// idSet picks dead letters by ID: a POST naming many IDs costs one map
+// lookup per letter, and once ctx has ended nothing more matches, so the
+// pass over the letters stops costing at the action's deadline.
+type idSet struct {
+	ctx     context.Context
+	ids     map[string]struct{} // nil: every letter
+	stopped bool                // a letter went unmatched because ctx had ended
+}
+
+func newIDSet(ctx context.Context, ids []string) *idSet {
+	s := &idSet{ctx: ctx}
 	if ids != nil {
-		match = func(l pubsub.DeadLetter[[]byte]) bool { return slices.Contains(ids, l.Message.ID) }
+		s.ids = make(map[string]struct{}, len(ids))
+		for _, id := range ids {
+			s.ids[id] = struct{}{}
+		}
 	}
-	n, err := g.Redrive(ctx, match)
-	if err == nil && n == 0 && ids != nil {
-		return 0, fmt.Errorf("redrive group %q: %w: %q", g.Name(), errNoLetter, ids)
+	return s
+}
+
+// match is the filter to hand to Group.Redrive: nil for every letter.
+// Group.Redrive calls it on the caller's goroutine, so stopped needs no
+// lock.
+func (s *idSet) match() func(pubsub.DeadLetter[[]byte]) bool {
+	if s.ids == nil {
+		return nil
 	}
-	return n, err
+	return func(l pubsub.DeadLetter[[]byte]) bool {
+		if s.ctx.Err() != nil {
+			s.stopped = true
+			return false
+		}
+		_, ok := s.ids[l.Message.ID]
+		return ok
+	}
 }

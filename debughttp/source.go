@@ -91,21 +91,20 @@ func letterOf(l pubsub.DeadLetter[[]byte]) letterView {
 	return lv
 }
 
-func (s brokerSource) act(ctx context.Context, topic, group string, a action) error {
+func (s brokerSource) act(ctx context.Context, topic, group string, a action) (int, error) {
 	g, err := s.b.Group(group, topic)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	switch a.kind {
 	case "pause":
-		return g.Pause(ctx)
+		return 0, g.Pause(ctx)
 	case "resume":
-		return g.Resume(ctx)
+		return 0, g.Resume(ctx)
 	case "replay":
-		return g.Replay(ctx, a.from)
+		return 0, g.Replay(ctx, a.from)
 	case "redrive":
-		_, err := redrive(ctx, g, a.ids)
-		return err
+		return redrive(ctx, g, a.ids)
 	}
-	return fmt.Errorf("no action %q", a.kind)
+	return 0, fmt.Errorf("no action %q", a.kind)
 }
