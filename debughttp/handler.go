@@ -64,40 +64,16 @@ import (
 	"github.com/logbus/logbus/pubsub"
 )
 
-// Option configures the Handler.
-type Option interface{ apply(*config) }
-
-type config struct {
-	actions bool
-	refresh time.Duration
-	letters int
-	timeout time.Duration // bound on one action
-}
-
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
-
-// WithActions enables the buttons that change a group: Pause, Resume,
-// Replay (from the earliest or latest record, an offset or a time) and
-// Redrive (its dead letters, one or all). Off by default: the page is then
-// read-only.
-func WithActions() Option { return optionFunc(func(c *config) { c.actions = true }) }
-
-// WithRefresh sets how often the open page refreshes its figures. The
-// default is 2s; d ≤ 0 turns refreshing off.
-func WithRefresh(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.refresh = max(d, 0) })
-}
-
-// WithDeadLetters sets how many of each group's newest dead letters the
-// pages show, 20 by default; n ≤ 0 shows none (the counts stay).
-func WithDeadLetters(n int) Option { return optionFunc(func(c *config) { c.letters = max(n, 0) }) }
-
 // Handler returns the debug page of b; it panics if b is nil. The handler
 // is safe for concurrent use and keeps no state between requests. It
 // works after b is closed too: it shows the broker stopped, and refuses
 // actions with 409 Conflict.
+//
+// An invalid option (a nil one, or a value its doc calls invalid) does not
+// panic, so that a bad configuration value cannot take a program down
+// with its debug page: the handler then answers every request with 500
+// Internal Server Error and an error naming the options, which wraps
+// pubsub.ErrInvalid.
 func Handler(b *pubsub.Broker, opts ...Option) http.Handler {
 	if b == nil {
 		panic("debughttp: Handler of a nil *pubsub.Broker")
@@ -129,16 +105,14 @@ func (a action) counts() bool { return a.kind == "redrive" }
 type handler struct {
 	src  source
 	cfg  config
+	err  error // of the options: every request is answered with it
 	mux  *http.ServeMux
 	csrf *http.CrossOriginProtection
 }
 
 func newHandler(src source, opts ...Option) *handler {
-	cfg := config{refresh: 2 * time.Second, letters: 20, timeout: 5 * time.Second}
-	for _, o := range opts {
-		o.apply(&cfg)
-	}
-	h := &handler{src: src, cfg: cfg, mux: http.NewServeMux(), csrf: http.NewCrossOriginProtection()}
+	cfg, err := newConfig(opts)
+	h := &handler{src: src, cfg: cfg, err: err, mux: http.NewServeMux(), csrf: http.NewCrossOriginProtection()}
 	// The methods are checked here, not by the mux, whose 405 and 404
 	// answer in plain text whatever the client asked for.
 	h.mux.HandleFunc("/{$}", h.view(h.serveOverview))
@@ -162,6 +136,10 @@ func (h *handler) view(serve http.HandlerFunc) http.HandlerFunc {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.err != nil {
+		h.fail(w, r, http.StatusInternalServerError, h.err.Error())
+		return
+	}
 	if r.URL.Path == "" {
 		// Mounted with StripPrefix and asked for the prefix itself: the
 		// page's relative links need the trailing slash.

@@ -1,0 +1,71 @@
+package debughttp
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/logbus/logbus/pubsub"
+)
+
+// Option configures the Handler. An invalid option does not panic: see
+// Handler.
+type Option interface{ apply(*config) }
+
+type config struct {
+	actions bool
+	refresh time.Duration
+	letters int
+	timeout time.Duration // bound on one action
+	nils    int           // nil options given
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithActions enables the buttons that change a group: Pause, Resume,
+// Replay (from the earliest or latest record, an offset or a time) and
+// Redrive (its dead letters, one or all). Off by default: the page is then
+// read-only.
+func WithActions() Option { return optionFunc(func(c *config) { c.actions = true }) }
+
+// WithRefresh sets how often the open page refreshes its figures,
+// overriding the default of 2s; 0 turns refreshing off, and a negative d
+// is invalid (ErrInvalid, see Handler).
+func WithRefresh(d time.Duration) Option { return optionFunc(func(c *config) { c.refresh = d }) }
+
+// WithDeadLetters sets how many of each group's newest dead letters the
+// pages show, overriding the default of 20; 0 shows none (the counts
+// stay), and a negative n is invalid (ErrInvalid, see Handler).
+func WithDeadLetters(n int) Option { return optionFunc(func(c *config) { c.letters = n }) }
+
+func newConfig(opts []Option) (config, error) {
+	c := config{refresh: 2 * time.Second, letters: 20, timeout: 5 * time.Second}
+	for _, o := range opts {
+		if o == nil {
+			c.nils++
+			continue
+		}
+		o.apply(&c)
+	}
+	return c, c.validate()
+}
+
+// validate checks the options' values; its error wraps pubsub.ErrInvalid.
+func (c *config) validate() error {
+	var errs []error
+	if c.nils > 0 {
+		errs = append(errs, errors.New("a nil Option"))
+	}
+	if c.refresh < 0 {
+		errs = append(errs, fmt.Errorf("WithRefresh(%v): negative", c.refresh))
+	}
+	if c.letters < 0 {
+		errs = append(errs, fmt.Errorf("WithDeadLetters(%d): negative", c.letters))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("debughttp: %w: %w", pubsub.ErrInvalid, errors.Join(errs...))
+}
