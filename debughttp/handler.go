@@ -1,13 +1,14 @@
 // Package debughttp serves a logbus broker's debug page: an HTML overview
 // of its topics, partitions and consumer groups (assignment, lag in records
 // and in time, deliveries in flight and stuck handlers) and of the recent
-// dead letters, with their errors and a safe preview of their bytes. The
-// page refreshes itself. Every view is also JSON, for ?format=json or an
-// Accept header naming application/json.
+// dead letters, with their errors and sizes, and with WithPayloads a safe
+// preview of their bytes. The page refreshes itself. Every view is also
+// JSON, for ?format=json or an Accept header naming application/json.
 //
 // Nothing is registered behind the caller's back: mount the handler where
 // you want it, under a prefix stripped from the path, and guard it as you
-// guard any operator endpoint (it names topics, groups and message bytes):
+// guard any operator endpoint (it names topics, groups and consumers, and
+// shows dead letters' errors):
 //
 //	mux.Handle("/debug/logbus/", http.StripPrefix("/debug/logbus", debughttp.Handler(b)))
 //
@@ -84,9 +85,9 @@ func Handler(b *pubsub.Broker, opts ...Option) http.Handler {
 // source is what the handler reads and acts on (brokerSource): the page's
 // code never touches the broker itself.
 type source interface {
-	// overview describes everything, with at most letters dead letters per
-	// group, the newest first.
-	overview(letters int) overview
+	// overview describes everything, with at most c.letters dead letters
+	// per group, the newest first, shown as c says.
+	overview(c *config) overview
 	// act applies a to group on topic; for the actions that count, it
 	// returns how many dead letters they moved.
 	act(ctx context.Context, topic, group string, a action) (int, error)
@@ -158,7 +159,7 @@ func requestPath(r *http.Request) string {
 }
 
 func (h *handler) serveOverview(w http.ResponseWriter, r *http.Request) {
-	o := h.src.overview(h.cfg.letters)
+	o := h.src.overview(&h.cfg)
 	if wantsJSON(r) {
 		writeJSON(w, http.StatusOK, o)
 		return
@@ -167,7 +168,7 @@ func (h *handler) serveOverview(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) serveTopic(w http.ResponseWriter, r *http.Request) {
-	o := h.src.overview(h.cfg.letters)
+	o := h.src.overview(&h.cfg)
 	t := o.topic(r.PathValue("topic"))
 	if t == nil {
 		h.notFound(w, r, fmt.Sprintf("no topic %q", r.PathValue("topic")))
@@ -181,7 +182,7 @@ func (h *handler) serveTopic(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) serveGroup(w http.ResponseWriter, r *http.Request) {
-	o := h.src.overview(h.cfg.letters)
+	o := h.src.overview(&h.cfg)
 	t, g := o.group(r.PathValue("topic"), r.PathValue("group"))
 	if g == nil {
 		h.notFound(w, r, fmt.Sprintf("no group %q on topic %q", r.PathValue("group"), r.PathValue("topic")))

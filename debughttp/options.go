@@ -3,6 +3,7 @@ package debughttp
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/logbus/logbus/pubsub"
@@ -13,11 +14,14 @@ import (
 type Option interface{ apply(*config) }
 
 type config struct {
-	actions bool
-	refresh time.Duration
-	letters int
-	timeout time.Duration // bound on one action
-	nils    int           // nil options given
+	actions  bool
+	payloads bool
+	redact   map[string]bool // header names to redact, lower-case
+	refresh  time.Duration
+	letters  int
+	timeout  time.Duration // bound on one action
+	nils     int           // nil options given
+	badNames int           // empty names given to WithRedactedHeaders
 }
 
 type optionFunc func(*config)
@@ -30,6 +34,36 @@ func (f optionFunc) apply(c *config) { f(c) }
 // read-only.
 func WithActions() Option { return optionFunc(func(c *config) { c.actions = true }) }
 
+// WithPayloads shows the first bytes of each dead letter's key and value
+// (at most 256, as text when they are printable UTF-8, else as hex) and
+// its headers, in the pages and the JSON. Off by default: the pages then
+// show sizes only, since a message's bytes and headers often carry
+// personal data or credentials that the people who may look at a queue's
+// state may not see.
+//
+// Even with WithPayloads, the values of the headers named Authorization,
+// Proxy-Authorization, Cookie and Set-Cookie, and of those named with
+// WithRedactedHeaders, read "[redacted]". A dead letter's error is shown
+// either way (its first KiB): it is the handler's text, and should not
+// quote secrets.
+func WithPayloads() Option { return optionFunc(func(c *config) { c.payloads = true }) }
+
+// WithRedactedHeaders adds header names whose values WithPayloads must
+// not show, to those it always redacts (Authorization,
+// Proxy-Authorization, Cookie, Set-Cookie). Names match without regard to
+// case. An empty name is invalid (ErrInvalid, see Handler).
+func WithRedactedHeaders(names ...string) Option {
+	return optionFunc(func(c *config) {
+		for _, n := range names {
+			if n == "" {
+				c.badNames++
+				continue
+			}
+			c.redact[strings.ToLower(n)] = true
+		}
+	})
+}
+
 // WithRefresh sets how often the open page refreshes its figures,
 // overriding the default of 2s; 0 turns refreshing off, and a negative d
 // is invalid (ErrInvalid, see Handler).
@@ -41,7 +75,9 @@ func WithRefresh(d time.Duration) Option { return optionFunc(func(c *config) { c
 func WithDeadLetters(n int) Option { return optionFunc(func(c *config) { c.letters = n }) }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{refresh: 2 * time.Second, letters: 20, timeout: 5 * time.Second}
+	c := config{refresh: 2 * time.Second, letters: 20, timeout: 5 * time.Second, redact: map[string]bool{
+		"authorization": true, "proxy-authorization": true, "cookie": true, "set-cookie": true,
+	}}
 	for _, o := range opts {
 		if o == nil {
 			c.nils++
@@ -57,6 +93,9 @@ func (c *config) validate() error {
 	var errs []error
 	if c.nils > 0 {
 		errs = append(errs, errors.New("a nil Option"))
+	}
+	if c.badNames > 0 {
+		errs = append(errs, errors.New("WithRedactedHeaders: an empty name"))
 	}
 	if c.refresh < 0 {
 		errs = append(errs, fmt.Errorf("WithRefresh(%v): negative", c.refresh))

@@ -3,9 +3,7 @@ package debughttp
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
-	"strings"
 
 	"github.com/logbus/logbus/pubsub"
 )
@@ -14,9 +12,10 @@ import (
 // by name (Broker.Group).
 type brokerSource struct{ b *pubsub.Broker }
 
-func (s brokerSource) overview(letters int) overview {
+func (s brokerSource) overview(c *config) overview {
 	snap := s.b.Snapshot()
-	o := overview{Taken: snap.Taken, State: snap.State.String(), Partial: snap.Partial, Topics: make([]topicView, len(snap.Topics))}
+	o := overview{Taken: snap.Taken, State: snap.State.String(), Partial: snap.Partial, Actions: c.actions, Payloads: c.payloads,
+		Topics: make([]topicView, len(snap.Topics))}
 	for i, t := range snap.Topics {
 		tv := topicView{Name: t.Name, Published: t.Stats.Published, Retained: t.Stats.Retained, RetainedBytes: t.Stats.RetainedBytes,
 			Reclaimed: t.Stats.Reclaimed, Dropped: t.Stats.Dropped, Expired: t.Stats.Expired, Blocked: t.Stats.Blocked,
@@ -25,7 +24,7 @@ func (s brokerSource) overview(letters int) overview {
 			tv.Partitions[j] = partitionView{Partition: p.Partition, Earliest: p.Earliest, End: p.End, Retained: p.Retained, RetainedBytes: p.RetainedBytes}
 		}
 		for j, g := range t.Groups {
-			tv.Groups[j] = s.group(t, g, letters)
+			tv.Groups[j] = s.group(t, g, c)
 		}
 		o.Topics[i] = tv
 	}
@@ -33,7 +32,7 @@ func (s brokerSource) overview(letters int) overview {
 }
 
 // group describes g of topic t, with its newest dead letters.
-func (s brokerSource) group(t pubsub.TopicSnapshot, g pubsub.GroupSnapshot, letters int) groupView {
+func (s brokerSource) group(t pubsub.TopicSnapshot, g pubsub.GroupSnapshot, c *config) groupView {
 	gv := groupView{Name: g.Name, Topic: t.Name, Paused: g.Paused, Consumers: g.Consumers, Assignment: g.Assignment,
 		Lag: g.Lag, LagSeconds: g.LagAge.Seconds(), Delivered: g.Stats.Delivered, Retried: g.Stats.Retried,
 		DeadLettered: g.Stats.DeadLettered, Skipped: g.Stats.Skipped, DeadLettersEvicted: g.Stats.DeadLettersEvicted, Redriven: g.Stats.Redriven,
@@ -60,35 +59,15 @@ func (s brokerSource) group(t pubsub.TopicSnapshot, g pubsub.GroupSnapshot, lett
 		gv.Partitions[i] = pv
 	}
 	gv.Status = status(&gv)
-	if letters > 0 && g.DeadLetters > 0 {
+	if c.letters > 0 && g.DeadLetters > 0 {
 		if raw, err := s.b.Group(g.Name, t.Name); err == nil { // err: the group went away since the snapshot
 			all := raw.DeadLetters()
-			for _, l := range slices.Backward(all[max(0, len(all)-letters):]) {
-				gv.DeadLetters = append(gv.DeadLetters, letterOf(l))
+			for _, l := range slices.Backward(all[max(0, len(all)-c.letters):]) {
+				gv.DeadLetters = append(gv.DeadLetters, c.letter(l))
 			}
 		}
 	}
 	return gv
-}
-
-func letterOf(l pubsub.DeadLetter[[]byte]) letterView {
-	lv := letterView{ID: l.Message.ID, Partition: l.Message.Partition, Offset: l.Message.Offset, Attempts: l.Attempts,
-		FailedAt: l.FailedAt, Created: l.Message.Created,
-		Key: newPreview(l.Message.Key, previewLimit), Value: newPreview(l.Message.Value, previewLimit)}
-	if l.Err != nil {
-		lv.Error = visible(l.Err.Error())
-	}
-	if len(l.Message.Headers) > 0 {
-		lv.Headers = make(map[string]string, len(l.Message.Headers))
-		for _, k := range slices.Sorted(maps.Keys(l.Message.Headers)) {
-			v := l.Message.Headers[k]
-			if len(v) > previewLimit {
-				v = strings.ToValidUTF8(v[:previewLimit], "") + "…"
-			}
-			lv.Headers[visible(k)] = visible(v)
-		}
-	}
-	return lv
 }
 
 func (s brokerSource) act(ctx context.Context, topic, group string, a action) (int, error) {

@@ -10,11 +10,12 @@ import (
 
 // overview is the whole broker: the root page.
 type overview struct {
-	Taken   time.Time   `json:"taken"`
-	State   string      `json:"state"`
-	Partial bool        `json:"partial,omitempty"` // the engine cannot describe itself: some fields are zero
-	Actions bool        `json:"actions"`           // whether POST actions are enabled
-	Topics  []topicView `json:"topics"`
+	Taken    time.Time   `json:"taken"`
+	State    string      `json:"state"`
+	Partial  bool        `json:"partial,omitempty"` // the engine cannot describe itself: some fields are zero
+	Actions  bool        `json:"actions"`           // whether POST actions are enabled
+	Payloads bool        `json:"payloads"`          // whether dead letters' bytes and headers are shown
+	Topics   []topicView `json:"topics"`
 }
 
 // topicView is one topic, its partitions and its groups.
@@ -81,18 +82,21 @@ type groupPartitionView struct {
 	Redriving      int     `json:"redriving"`
 }
 
-// letterView is one dead letter, its bytes previewed.
+// letterView is one dead letter: its bytes' sizes, and with WithPayloads
+// their previews.
 type letterView struct {
-	ID        string            `json:"id"`
-	Partition int               `json:"partition"`
-	Offset    int64             `json:"offset"`
-	Attempts  int               `json:"attempts"`
-	Error     string            `json:"error"`
-	FailedAt  time.Time         `json:"failed_at"`
-	Created   time.Time         `json:"created"`
-	Key       preview           `json:"key"`
-	Value     preview           `json:"value"`
-	Headers   map[string]string `json:"headers,omitempty"`
+	ID          string            `json:"id"`
+	Partition   int               `json:"partition"`
+	Offset      int64             `json:"offset"`
+	Attempts    int               `json:"attempts"`
+	Error       string            `json:"error"`
+	FailedAt    time.Time         `json:"failed_at"`
+	Created     time.Time         `json:"created"`
+	Key         preview           `json:"key"`
+	Value       preview           `json:"value"`
+	NumHeaders  int               `json:"num_headers"`
+	HeaderBytes int               `json:"header_bytes"`      // their keys' and values' bytes
+	Headers     map[string]string `json:"headers,omitempty"` // with WithPayloads only
 }
 
 // stuckView is one delivery running past the stuck threshold, for the

@@ -207,7 +207,7 @@ func TestDebugPageInBrowser(t *testing.T) {
 	l := newLive(t)
 	mux := http.NewServeMux()
 	mux.Handle("/debug/logbus/", http.StripPrefix("/debug/logbus",
-		debughttp.Handler(l.b, debughttp.WithActions(), debughttp.WithRefresh(250*time.Millisecond))))
+		debughttp.Handler(l.b, debughttp.WithActions(), debughttp.WithPayloads(), debughttp.WithRefresh(250*time.Millisecond))))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 
