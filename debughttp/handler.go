@@ -19,6 +19,15 @@
 //	GET  /topics/{topic}/groups/{group}     one group: its partitions and dead letters
 //	POST /topics/{topic}/groups/{group}/{action}   pause, resume, replay or redrive
 //
+// Every response is bounded, however large the broker: the overview and a
+// topic's view summarise groups without their partitions; a topic's and a
+// group's views list 256 partitions at a time (?first=N starts at
+// partition N; the JSON's "page" says where the next page starts); a
+// group lists at most 1024 consumers and each consumer at most 64 of its
+// partitions; a dead letter's error is cut at 1 KiB and its headers at 32
+// (names at 128 bytes, values at 256); counts beside each say how many
+// there are in all. Each request builds only the view it asks for.
+//
 // The actions' form fields: replay needs from=earliest, latest, offset
 // (with offset=N) or time (with time=RFC 3339), and has no default, so
 // that a typo cannot rewind a group; redrive needs id=ID (repeated) or
@@ -85,9 +94,11 @@ func Handler(b *pubsub.Broker, opts ...Option) http.Handler {
 // source is what the handler reads and acts on (brokerSource): the page's
 // code never touches the broker itself.
 type source interface {
-	// overview describes everything, with at most c.letters dead letters
-	// per group, the newest first, shown as c says.
-	overview(c *config) overview
+	// snapshot describes the broker.
+	snapshot() pubsub.Snapshot
+	// letters returns a group's newest n dead letters, the newest first;
+	// with an error when it could not read them all.
+	letters(ctx context.Context, topic, group string, n int) ([]pubsub.DeadLetter[[]byte], error)
 	// act applies a to group on topic; for the actions that count, it
 	// returns how many dead letters they moved.
 	act(ctx context.Context, topic, group string, a action) (int, error)
@@ -159,41 +170,76 @@ func requestPath(r *http.Request) string {
 }
 
 func (h *handler) serveOverview(w http.ResponseWriter, r *http.Request) {
-	o := h.src.overview(&h.cfg)
+	o, stuck, numStuck := h.overviewOf(r.Context(), h.src.snapshot())
 	if wantsJSON(r) {
 		writeJSON(w, http.StatusOK, o)
 		return
 	}
-	h.render(w, r, &page{Title: "logbus", overview: &o, Stuck: o.stuck()})
+	h.render(w, r, &page{Title: "logbus", overview: &o, Stuck: stuck, NumStuck: numStuck})
 }
 
 func (h *handler) serveTopic(w http.ResponseWriter, r *http.Request) {
-	o := h.src.overview(&h.cfg)
-	t := o.topic(r.PathValue("topic"))
-	if t == nil {
+	first, err := firstOf(r)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	snap := h.src.snapshot()
+	t, _, ok, _ := findGroup(snap, r.PathValue("topic"), "")
+	if !ok {
 		h.notFound(w, r, fmt.Sprintf("no topic %q", r.PathValue("topic")))
 		return
 	}
-	if wantsJSON(r) {
-		writeJSON(w, http.StatusOK, t)
+	tv, err := topicPage(t, first)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	h.render(w, r, &page{Title: "logbus: topic " + t.Name, overview: &o, Topic: t})
+	if wantsJSON(r) {
+		writeJSON(w, http.StatusOK, tv)
+		return
+	}
+	o := h.head(snap)
+	h.render(w, r, &page{Title: "logbus: topic " + t.Name, overview: &o, Topic: &tv})
 }
 
 func (h *handler) serveGroup(w http.ResponseWriter, r *http.Request) {
-	o := h.src.overview(&h.cfg)
-	t, g := o.group(r.PathValue("topic"), r.PathValue("group"))
-	if g == nil {
+	first, err := firstOf(r)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	snap := h.src.snapshot()
+	t, g, tok, gok := findGroup(snap, r.PathValue("topic"), r.PathValue("group"))
+	if !tok || !gok {
 		h.notFound(w, r, fmt.Sprintf("no group %q on topic %q", r.PathValue("group"), r.PathValue("topic")))
 		return
 	}
-	if wantsJSON(r) {
-		writeJSON(w, http.StatusOK, g)
+	gv, err := h.groupPage(r.Context(), t, g, first)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	h.render(w, r, &page{Title: "logbus: group " + g.Name + " on " + t.Name, overview: &o, Topic: t, Group: g,
+	if wantsJSON(r) {
+		writeJSON(w, http.StatusOK, gv)
+		return
+	}
+	o, tv := h.head(snap), topicOf(t)
+	h.render(w, r, &page{Title: "logbus: group " + g.Name + " on " + t.Name, overview: &o, Topic: &tv, Group: &gv,
 		Notice: notice(r.URL.Query())})
+}
+
+// firstOf reads ?first=N, the first partition a view lists; 0 by default.
+func firstOf(r *http.Request) (int, error) {
+	s := r.URL.Query().Get("first")
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("first=%q: want a partition number", s)
+	}
+	return n, nil
 }
 
 // notice is the line a page shows after an action redirected to it
@@ -429,9 +475,10 @@ type page struct {
 	Error   string // an error page's message
 	Code    int    // an error page's status; 0 for 200
 	*overview
-	Topic *topicView
-	Group *groupView
-	Stuck []stuckView
+	Topic    *topicView
+	Group    *groupView
+	Stuck    []stuckView // the first stuckLimit
+	NumStuck int
 }
 
 //go:embed page.html
@@ -442,9 +489,11 @@ var tmpl = template.Must(template.New("page.html").Funcs(template.FuncMap{
 	"groupHref": func(root, topic, group string) string {
 		return root + "topics/" + url.PathEscape(topic) + "/groups/" + url.PathEscape(group)
 	},
-	"age":  age,
-	"ints": joinInts,
-	"list": func(t *topicView) []topicView { return []topicView{*t} },
+	"age":   age,
+	"minus": func(a, b int) int { return a - b },
+	"plus":  func(a, b int) int { return a + b },
+	"ints":  joinInts,
+	"list":  func(t *topicView) []topicView { return []topicView{*t} },
 	// args passes named values to a nested template: args "Root" .Root "Group" $g.
 	"args": func(kv ...any) (map[string]any, error) {
 		if len(kv)%2 != 0 {
@@ -515,28 +564,4 @@ func joinInts(ps []int) string {
 		s[i] = strconv.Itoa(p)
 	}
 	return strings.Join(s, ", ")
-}
-
-// topic finds a topic by name.
-func (o *overview) topic(name string) *topicView {
-	for i := range o.Topics {
-		if o.Topics[i].Name == name {
-			return &o.Topics[i]
-		}
-	}
-	return nil
-}
-
-// group finds a group of a topic by name.
-func (o *overview) group(topic, name string) (*topicView, *groupView) {
-	t := o.topic(topic)
-	if t == nil {
-		return nil, nil
-	}
-	for i := range t.Groups {
-		if t.Groups[i].Name == name {
-			return t, &t.Groups[i]
-		}
-	}
-	return t, nil
 }

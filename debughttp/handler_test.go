@@ -132,24 +132,25 @@ type overview struct {
 	State   string `json:"state"`
 	Actions bool   `json:"actions"`
 	Topics  []struct {
-		Name       string                `json:"name"`
-		Published  int64                 `json:"published"`
-		Partitions []struct{ End int64 } `json:"partitions"`
-		Groups     []group               `json:"groups"`
+		Name          string                `json:"name"`
+		Published     int64                 `json:"published"`
+		NumPartitions int                   `json:"num_partitions"`
+		Partitions    []struct{ End int64 } `json:"partitions"`
+		Groups        []group               `json:"groups"`
 	} `json:"topics"`
 }
 
 type group struct {
-	Name         string           `json:"name"`
-	Topic        string           `json:"topic"`
-	Status       string           `json:"status"`
-	Paused       bool             `json:"paused"`
-	Lag          int64            `json:"lag"`
-	LagSeconds   float64          `json:"lag_seconds"`
-	Assignment   map[string][]int `json:"assignment"`
-	DeadLettered int64            `json:"dead_lettered"`
-	Redriven     int64            `json:"redriven"`
-	NumDead      int              `json:"num_dead_letters"`
+	Name         string     `json:"name"`
+	Topic        string     `json:"topic"`
+	Status       string     `json:"status"`
+	Paused       bool       `json:"paused"`
+	Lag          int64      `json:"lag"`
+	LagSeconds   float64    `json:"lag_seconds"`
+	Consumers    []consumer `json:"consumers"`
+	DeadLettered int64      `json:"dead_lettered"`
+	Redriven     int64      `json:"redriven"`
+	NumDead      int        `json:"num_dead_letters"`
 	DeadLetters  []struct {
 		ID     string `json:"id"`
 		Offset int64  `json:"offset"`
@@ -161,6 +162,12 @@ type group struct {
 			Truncated bool   `json:"truncated"`
 		} `json:"value"`
 	} `json:"dead_letters"`
+}
+
+type consumer struct {
+	Name          string `json:"name"`
+	NumPartitions int    `json:"num_partitions"`
+	Partitions    []int  `json:"partitions"`
 }
 
 func decode[T any](t *testing.T, resp *http.Response) T {
@@ -232,7 +239,7 @@ func TestOverviewShowsTopicsGroupsAndDeadLetters(t *testing.T) {
 				t.Errorf("audit: status %q paused %v lag %d, want paused, true, %d", audit.Status, audit.Paused, audit.Lag, demoOrders)
 			}
 			if billing.Status != "ok" || billing.Lag != 0 || billing.DeadLettered != 1 || billing.NumDead != 1 ||
-				len(billing.Assignment["billing-1"]) != 3 {
+				len(billing.Consumers) != 1 || billing.Consumers[0].Name != "billing-1" || len(billing.Consumers[0].Partitions) != 3 {
 				t.Errorf("billing: %+v", billing)
 			}
 			if len(billing.DeadLetters) != 1 {
