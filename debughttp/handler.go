@@ -47,6 +47,20 @@
 // make a visitor's browser press the buttons. Requests without the
 // browser's Origin and Sec-Fetch-Site headers (curl, scripts) are allowed.
 //
+// With WithActions or WithPayloads, the handler also refuses with 403
+// every request whose Host header is not localhost (or a name under
+// .localhost), an IP address, or a name given to WithAllowedHosts. This
+// stops DNS rebinding: a hostile site whose name is made to resolve to the
+// machine running the page passes the cross-origin check (its Origin, Host
+// and Sec-Fetch-Site agree), but its Host is still its own name. A token
+// in the page, checked on every action, would not stop it: once rebound,
+// the hostile page is same-origin with the debug page and can read the
+// token from it. IP addresses are allowed because no DNS answer can change
+// what they reach. To reach the page by a DNS name, or through a proxy
+// that passes the client's Host on, name it with WithAllowedHosts. A
+// read-only page without payloads answers any Host: it shows names and
+// counts only.
+//
 // Reading the page takes a Broker.Snapshot and, for groups that hold dead
 // letters, a copy of them: it never waits for a handler. Actions wait as
 // the Group methods they call do, at most 5 seconds; one that reaches that
@@ -150,6 +164,10 @@ func (h *handler) view(serve http.HandlerFunc) http.HandlerFunc {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.err != nil {
 		h.fail(w, r, http.StatusInternalServerError, h.err.Error())
+		return
+	}
+	if h.cfg.guarded() && !h.cfg.hostAllowed(r) {
+		h.fail(w, r, http.StatusForbidden, fmt.Sprintf("host %q is not allowed: with actions or payloads on, only localhost, IP addresses and the names given to debughttp.WithAllowedHosts are (DNS rebinding)", r.Host))
 		return
 	}
 	if r.URL.Path == "" {

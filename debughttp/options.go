@@ -17,11 +17,13 @@ type config struct {
 	actions  bool
 	payloads bool
 	redact   map[string]bool // header names to redact, lower-case
+	hosts    map[string]bool // names allowed in Host besides the default ones (hostname)
 	refresh  time.Duration
 	letters  int
 	timeout  time.Duration // bound on one action
 	nils     int           // nil options given
 	badNames int           // empty names given to WithRedactedHeaders
+	badHosts int           // empty names given to WithAllowedHosts
 }
 
 type optionFunc func(*config)
@@ -64,6 +66,24 @@ func WithRedactedHeaders(names ...string) Option {
 	})
 }
 
+// WithAllowedHosts adds host names that requests may name in their Host
+// header when WithActions or WithPayloads is on, besides localhost, the
+// names under .localhost and IP addresses, which are always allowed; see
+// the package doc for why. Names match without regard to case, and a port
+// given with a name is ignored (any port is allowed). An empty name is
+// invalid (ErrInvalid, see Handler).
+func WithAllowedHosts(names ...string) Option {
+	return optionFunc(func(c *config) {
+		for _, n := range names {
+			if h := hostname(n); h != "" {
+				c.hosts[h] = true
+				continue
+			}
+			c.badHosts++
+		}
+	})
+}
+
 // WithRefresh sets how often the open page refreshes its figures,
 // overriding the default of 2s; 0 turns refreshing off, and a negative d
 // is invalid (ErrInvalid, see Handler).
@@ -77,7 +97,7 @@ func WithDeadLetters(n int) Option { return optionFunc(func(c *config) { c.lette
 func newConfig(opts []Option) (config, error) {
 	c := config{refresh: 2 * time.Second, letters: 20, timeout: 5 * time.Second, redact: map[string]bool{
 		"authorization": true, "proxy-authorization": true, "cookie": true, "set-cookie": true,
-	}}
+	}, hosts: map[string]bool{}}
 	for _, o := range opts {
 		if o == nil {
 			c.nils++
@@ -96,6 +116,9 @@ func (c *config) validate() error {
 	}
 	if c.badNames > 0 {
 		errs = append(errs, errors.New("WithRedactedHeaders: an empty name"))
+	}
+	if c.badHosts > 0 {
+		errs = append(errs, errors.New("WithAllowedHosts: an empty name"))
 	}
 	if c.refresh < 0 {
 		errs = append(errs, fmt.Errorf("WithRefresh(%v): negative", c.refresh))
