@@ -43,7 +43,7 @@ func (h *handler) head(snap pubsub.Snapshot) overview {
 
 // topicOf summarises t: its counters and its groups, not its partitions.
 func topicOf(t pubsub.TopicSnapshot) topicView {
-	tv := topicView{Name: t.Name, Published: t.Stats.Published, Retained: t.Stats.Retained, RetainedBytes: t.Stats.RetainedBytes,
+	tv := topicView{Name: t.Name, NameEscaped: escaped(t.Name), Published: t.Stats.Published, Retained: t.Stats.Retained, RetainedBytes: t.Stats.RetainedBytes,
 		Reclaimed: t.Stats.Reclaimed, Dropped: t.Stats.Dropped, Expired: t.Stats.Expired, Blocked: t.Stats.Blocked,
 		TimedOut: t.Stats.TimedOut, NumPartitions: len(t.Partitions), Groups: make([]groupView, len(t.Groups))}
 	for j, g := range t.Groups {
@@ -87,14 +87,14 @@ func pageOf(first, n int) (pageView, error) {
 // groupOf summarises g of topic t: its state and counters, summed over its
 // partitions, and its consumers; not the partitions themselves.
 func groupOf(t pubsub.TopicSnapshot, g pubsub.GroupSnapshot) groupView {
-	gv := groupView{Name: g.Name, Topic: t.Name, Paused: g.Paused, NumConsumers: len(g.Consumers),
+	gv := groupView{Name: g.Name, NameEscaped: escaped(g.Name), Topic: t.Name, TopicEscaped: escaped(t.Name), Paused: g.Paused, NumConsumers: len(g.Consumers),
 		Consumers: make([]consumerView, 0, min(len(g.Consumers), consumerLimit)),
 		Lag:       g.Lag, LagSeconds: g.LagAge.Seconds(), Delivered: g.Stats.Delivered, Retried: g.Stats.Retried,
 		DeadLettered: g.Stats.DeadLettered, Skipped: g.Stats.Skipped, DeadLettersEvicted: g.Stats.DeadLettersEvicted,
 		Redriven: g.Stats.Redriven, NumDeadLetters: g.DeadLetters, NumPartitions: len(g.Partitions)}
 	for _, c := range g.Consumers[:min(len(g.Consumers), consumerLimit)] {
 		owned := g.Assignment[c]
-		cv := consumerView{Name: c, NumPartitions: len(owned), Partitions: slices.Sorted(slices.Values(owned))}
+		cv := consumerView{Name: c, NameEscaped: escaped(c), NumPartitions: len(owned), Partitions: slices.Sorted(slices.Values(owned))}
 		cv.Partitions = slices.Clip(cv.Partitions[:min(len(cv.Partitions), assignmentLimit)])
 		gv.Consumers = append(gv.Consumers, cv)
 	}
@@ -131,7 +131,7 @@ func (h *handler) groupPage(ctx context.Context, t pubsub.TopicSnapshot, g pubsu
 }
 
 func groupPartitionOf(t pubsub.TopicSnapshot, p pubsub.GroupPartitionSnapshot) groupPartitionView {
-	pv := groupPartitionView{Partition: p.Partition, Owner: p.Owner, Committed: p.Committed, Lag: p.Lag,
+	pv := groupPartitionView{Partition: p.Partition, Owner: p.Owner, OwnerEscaped: escaped(p.Owner), Committed: p.Committed, Lag: p.Lag,
 		LagSeconds: p.LagAge.Seconds(), InFlight: p.InFlight, Retrying: p.Retrying, Attempt: p.Attempt,
 		RunningSeconds: p.RunningFor.Seconds(), Stuck: p.Stuck, Redriving: p.Redriving}
 	if p.Partition >= 0 && p.Partition < len(t.Partitions) {

@@ -218,7 +218,7 @@ func (h *handler) serveTopic(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o := h.head(snap)
-	h.render(w, r, &page{Title: "logbus: topic " + t.Name, overview: &o, Topic: &tv})
+	h.render(w, r, &page{Title: "logbus: topic " + visible(t.Name), overview: &o, Topic: &tv})
 }
 
 func (h *handler) serveGroup(w http.ResponseWriter, r *http.Request) {
@@ -243,7 +243,7 @@ func (h *handler) serveGroup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o, tv := h.head(snap), topicOf(t)
-	h.render(w, r, &page{Title: "logbus: group " + g.Name + " on " + t.Name, overview: &o, Topic: &tv, Group: &gv,
+	h.render(w, r, &page{Title: "logbus: group " + visible(g.Name) + " on " + visible(t.Name), overview: &o, Topic: &tv, Group: &gv,
 		Notice: notice(r.URL.Query())})
 }
 
@@ -509,6 +509,7 @@ var tmpl = template.Must(template.New("page.html").Funcs(template.FuncMap{
 	},
 	"age":   age,
 	"minus": func(a, b int) int { return a - b },
+	"show":  visible, // a name, as errors and headers are shown
 	"plus":  func(a, b int) int { return a + b },
 	"ints":  joinInts,
 	"list":  func(t *topicView) []topicView { return []topicView{*t} },

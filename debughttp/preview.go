@@ -95,3 +95,12 @@ func visible(s string) string {
 	}
 	return string(out)
 }
+
+// escaped is s as a Go string literal when it is not printable UTF-8 (see
+// printable), for the JSON's _escaped fields; "" when s shows as it is.
+func escaped(s string) string {
+	if printable([]byte(s)) {
+		return ""
+	}
+	return strconv.Quote(s)
+}

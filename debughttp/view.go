@@ -8,6 +8,14 @@ import (
 // never disagree. Field names follow NATS's monitoring endpoints where
 // they mean the same (lag ≈ num_pending), in snake_case.
 //
+// A name (of a topic, group or consumer) is any string, invalid UTF-8
+// included, which JSON cannot carry: encoding/json writes each invalid
+// byte as U+FFFD, so "orders\xff" and "orders\xfe" would read alike.
+// Beside each name that is not printable UTF-8 the JSON has a field ending
+// in _escaped holding it as a Go string literal (strconv.Quote; Unquote
+// gives the bytes back), distinct for distinct names. The pages show names
+// as they show errors: characters that are not printable as escapes.
+//
 // Every list a response carries is bounded, whatever the broker holds:
 // the overview and a topic's view summarise groups without their
 // partitions, the topic and group views list partitions a page at a time
@@ -39,6 +47,7 @@ type overview struct {
 // view, a page at a time.
 type topicView struct {
 	Name          string          `json:"name"`
+	NameEscaped   string          `json:"name_escaped,omitempty"`
 	Published     int64           `json:"published"`
 	Retained      int             `json:"retained"`
 	RetainedBytes int64           `json:"retained_bytes"`
@@ -76,7 +85,9 @@ type partitionView struct {
 // and a topic's view, with its partitions (a page) in its own view.
 type groupView struct {
 	Name         string         `json:"name"`
+	NameEscaped  string         `json:"name_escaped,omitempty"`
 	Topic        string         `json:"topic"`
+	TopicEscaped string         `json:"topic_escaped,omitempty"`
 	Status       string         `json:"status"` // see status
 	Paused       bool           `json:"paused"`
 	NumConsumers int            `json:"num_consumers"`
@@ -109,6 +120,7 @@ type groupView struct {
 // first assignmentLimit of them.
 type consumerView struct {
 	Name          string `json:"name"`
+	NameEscaped   string `json:"name_escaped,omitempty"`
 	NumPartitions int    `json:"num_partitions"`
 	Partitions    []int  `json:"partitions"`
 }
@@ -117,6 +129,7 @@ type consumerView struct {
 type groupPartitionView struct {
 	Partition      int     `json:"partition"`
 	Owner          string  `json:"owner"`
+	OwnerEscaped   string  `json:"owner_escaped,omitempty"`
 	Committed      int64   `json:"committed"`
 	End            int64   `json:"end"`
 	Lag            int64   `json:"lag"`
