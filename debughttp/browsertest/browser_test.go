@@ -301,6 +301,12 @@ func TestDebugPageInBrowser(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
+	if got := text(t, ctx, "#notice"); got != "1 dead letter(s) sent back to the group." {
+		t.Errorf("after Redrive the page says %q, want it to count the letter sent back", got)
+	}
+	if loc, err := chromedp.Run(ctx, chromedp.Location()); err != nil || strings.Contains(loc, "?") {
+		t.Errorf("after Redrive the browser is at %s (%v), want the group's page without ?done= and ?count=", loc, err)
+	}
 	waitFor(t, ctx, `(s => s.includes("dead-lettered 2") && s.includes("1 redriven"))(document.getElementById("summary").innerText)`)
 	if s := l.billing.Stats(); s.Redriven != 1 || s.DeadLettered != 2 {
 		t.Errorf("billing after the redrive: %+v, want 1 redriven and 2 dead-lettered", s)
