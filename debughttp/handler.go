@@ -12,6 +12,8 @@
 //
 //	mux.Handle("/debug/logbus/", http.StripPrefix("/debug/logbus", debughttp.Handler(b)))
 //
+// # Views
+//
 // Routes, relative to where it is mounted:
 //
 //	GET  /                                  the overview
@@ -26,19 +28,16 @@
 // group lists at most 1024 consumers and each consumer at most 64 of its
 // partitions; a dead letter's error is cut at 1 KiB and its headers at 32
 // (names at 128 bytes, values at 256); counts beside each say how many
-// there are in all. Each request builds only the view it asks for.
-//
-// The actions' form fields: replay needs from=earliest, latest, offset
-// (with offset=N) or time (with time=RFC 3339), and has no default, so
-// that a typo cannot rewind a group; redrive needs id=ID (repeated) or
-// all=1. A browser is sent back to the group's page (303 See Other), which
-// says what was done; a JSON client gets {"ok": true, ...}, anyone else a
-// line of text. Redrive answers how many dead letters it sent back.
+// there are in all. Each request builds only the view it asks for, from
+// one Broker.Snapshot and the newest dead letters of the groups it shows:
+// it never waits for a handler.
 //
 // An error answers in the format the client asked for: JSON for an Accept
 // header naming application/json (or ?format=json), a page for a browser
 // (text/html), and otherwise, as for curl, one line of text; 404 and 405
 // (with its Allow header) too.
+//
+// # Actions
 //
 // The page is read-only unless WithActions is given: without it every POST
 // is refused with 403 Forbidden. With it, the actions are POST requests
@@ -46,6 +45,18 @@
 // are refused with 403 (http.CrossOriginProtection), so another site cannot
 // make a visitor's browser press the buttons. Requests without the
 // browser's Origin and Sec-Fetch-Site headers (curl, scripts) are allowed.
+//
+// The actions' form fields: replay needs from=earliest, latest, offset
+// (with offset=N) or time (with time=RFC 3339), and has no default, so
+// that a typo cannot rewind a group; redrive needs id=ID (repeated) or
+// all=1. A browser is sent back to the group's page (303 See Other), which
+// says what was done; a JSON client gets {"ok": true, ...}, anyone else a
+// line of text. Redrive answers how many dead letters it sent back.
+// Actions wait as the Group methods they call do, at most 5 seconds; one
+// that reaches that deadline answers 504 Gateway Timeout, saying what it
+// did so far.
+//
+// # DNS rebinding
 //
 // With WithActions or WithPayloads, the handler also refuses with 403
 // every request whose Host header is not localhost (or a name under
@@ -60,11 +71,6 @@
 // that passes the client's Host on, name it with WithAllowedHosts. A
 // read-only page without payloads answers any Host: it shows names and
 // counts only.
-//
-// Reading the page takes a Broker.Snapshot and, for groups that hold dead
-// letters, a copy of them: it never waits for a handler. Actions wait as
-// the Group methods they call do, at most 5 seconds; one that reaches that
-// deadline answers 504 Gateway Timeout, saying what it did so far.
 package debughttp
 
 import (
