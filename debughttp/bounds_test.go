@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -157,6 +158,52 @@ func TestDeadLetterErrorsAndHeadersAreCut(t *testing.T) {
 			if len(k) > 128+len("…") || len(v) > 256+len("…") || !strings.HasSuffix(k, "…") {
 				t.Errorf("header %.20s…: name %d bytes, value %d, want them cut at 128 and 256", k, len(k), len(v))
 			}
+		}
+	})
+}
+
+// The views read a group's newest dead letters only (20 by default), not
+// a copy of its whole queue: with 4096 letters of 4 KiB held (16 MiB), one
+// view allocates far less than the queue.
+func TestDeadLetterViewsReadOnlyTheNewest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const letters, size = 4096, 4 << 10
+		b := pubsub.NewBroker()
+		t.Cleanup(func() { _ = b.Close(context.Background()) })
+		topic, err := pubsub.NewTopic(b, "t", codec.String(), codec.Bytes(), pubsub.WithRetention(pubsub.Retention{MaxMessages: letters}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := topic.Subscribe("g", "c", pubsub.HandlerFunc[[]byte](func(context.Context, pubsub.Message[[]byte]) error {
+			return pubsub.ErrPermanent
+		}), pubsub.WithDeadLetterLimit(letters)); err != nil {
+			t.Fatal(err)
+		}
+		value := make([]byte, size)
+		for i := range letters {
+			if _, err := topic.Publish(t.Context(), fmt.Sprint(i), value); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait()
+		h := debughttp.Handler(b)
+		for _, path := range []string{"/?format=json", "/topics/t/groups/g?format=json", "/", "/topics/t/groups/g"} {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			r := get(t, h, path)
+			runtime.ReadMemStats(&after)
+			if r.StatusCode != http.StatusOK {
+				t.Fatalf("GET %s: %d", path, r.StatusCode)
+			}
+			alloc := after.TotalAlloc - before.TotalAlloc
+			t.Logf("GET %s allocated %d KiB", path, alloc>>10)
+			if alloc > 2<<20 {
+				t.Errorf("GET %s allocated %d KiB, want under 2 MiB: the queue holds %d KiB", path, alloc>>10, letters*size>>10)
+			}
+		}
+		g := decode[group](t, get(t, h, "/topics/t/groups/g?format=json"))
+		if g.NumDead != letters || len(g.DeadLetters) != 20 || g.DeadLetters[0].Offset != letters-1 || g.DeadLetters[19].Offset != letters-20 {
+			t.Errorf("the group's view: %d letters of %d, want the newest 20 of %d, newest first", len(g.DeadLetters), g.NumDead, letters)
 		}
 	})
 }

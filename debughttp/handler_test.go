@@ -141,17 +141,18 @@ type overview struct {
 }
 
 type group struct {
-	Name         string     `json:"name"`
-	Topic        string     `json:"topic"`
-	Status       string     `json:"status"`
-	Paused       bool       `json:"paused"`
-	Lag          int64      `json:"lag"`
-	LagSeconds   float64    `json:"lag_seconds"`
-	Consumers    []consumer `json:"consumers"`
-	DeadLettered int64      `json:"dead_lettered"`
-	Redriven     int64      `json:"redriven"`
-	NumDead      int        `json:"num_dead_letters"`
-	DeadLetters  []struct {
+	Name             string     `json:"name"`
+	Topic            string     `json:"topic"`
+	Status           string     `json:"status"`
+	Paused           bool       `json:"paused"`
+	Lag              int64      `json:"lag"`
+	LagSeconds       float64    `json:"lag_seconds"`
+	Consumers        []consumer `json:"consumers"`
+	DeadLettered     int64      `json:"dead_lettered"`
+	Redriven         int64      `json:"redriven"`
+	NumDead          int        `json:"num_dead_letters"`
+	DeadLettersError string     `json:"dead_letters_error"`
+	DeadLetters      []struct {
 		ID     string `json:"id"`
 		Offset int64  `json:"offset"`
 		Error  string `json:"error"`
@@ -430,8 +431,10 @@ func TestRedriveAction(t *testing.T) {
 	})
 }
 
-// After Close the page still shows the broker, stopped, with its dead
-// letters; an action is refused with 409 Conflict.
+// After Close the page still shows the broker, stopped, and counts its
+// dead letters, but no longer reads them (Group.LatestDeadLetters is
+// ErrClosed, and the page never copies the whole queue), saying so; an
+// action is refused with 409 Conflict.
 func TestPageAfterClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := newDemo(t)
@@ -443,8 +446,12 @@ func TestPageAfterClose(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := decode[overview](t, get(t, h, "/?format=json"))
-		if billing := o.group("orders", "billing"); o.State != "stopped" || billing == nil || len(billing.DeadLetters) != 1 {
-			t.Errorf("after Close: state %q, billing %+v; want stopped, with its dead letter", o.State, billing)
+		if billing := o.group("orders", "billing"); o.State != "stopped" || billing == nil || billing.NumDead != 1 ||
+			len(billing.DeadLetters) != 0 || !strings.Contains(billing.DeadLettersError, "broker closed") {
+			t.Errorf("after Close: state %q, billing %+v; want stopped, counting its dead letter, saying it can no longer read it", o.State, billing)
+		}
+		if page := body(t, get(t, h, "/topics/orders/groups/billing")); !strings.Contains(page, `id="dead-letters-error">Not every dead letter could be read: `) {
+			t.Error("after Close the group's page does not say why it shows no dead letter")
 		}
 		if r := post(t, h, "/topics/orders/groups/billing/redrive", url.Values{"all": {"1"}}); r.StatusCode != http.StatusConflict {
 			t.Errorf("redrive after Close: %d, want 409", r.StatusCode)

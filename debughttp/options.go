@@ -90,7 +90,8 @@ func WithAllowedHosts(names ...string) Option {
 func WithRefresh(d time.Duration) Option { return optionFunc(func(c *config) { c.refresh = d }) }
 
 // WithDeadLetters sets how many of each group's newest dead letters the
-// pages show, overriding the default of 20; 0 shows none (the counts
+// pages show, overriding the default of 20. They are read with
+// Group.LatestDeadLetters, which neither copies nor decodes the others; 0 shows none (the counts
 // stay), and a negative n is invalid (ErrInvalid, see Handler).
 func WithDeadLetters(n int) Option { return optionFunc(func(c *config) { c.letters = n }) }
 

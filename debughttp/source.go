@@ -3,7 +3,6 @@ package debughttp
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/logbus/logbus/pubsub"
 )
@@ -14,17 +13,12 @@ type brokerSource struct{ b *pubsub.Broker }
 
 func (s brokerSource) snapshot() pubsub.Snapshot { return s.b.Snapshot() }
 
-func (s brokerSource) letters(_ context.Context, topic, group string, n int) ([]pubsub.DeadLetter[[]byte], error) {
+func (s brokerSource) letters(ctx context.Context, topic, group string, n int) ([]pubsub.DeadLetter[[]byte], error) {
 	g, err := s.b.Group(group, topic)
 	if err != nil {
 		return nil, err
 	}
-	all := g.DeadLetters()
-	out := make([]pubsub.DeadLetter[[]byte], 0, min(n, len(all)))
-	for _, l := range slices.Backward(all[max(0, len(all)-n):]) {
-		out = append(out, l)
-	}
-	return out, nil
+	return g.LatestDeadLetters(ctx, n)
 }
 
 func (s brokerSource) act(ctx context.Context, topic, group string, a action) (int, error) {
