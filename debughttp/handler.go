@@ -19,7 +19,8 @@
 //	GET  /                                  the overview
 //	GET  /topics/{topic}                    one topic: its partitions and groups
 //	GET  /topics/{topic}/groups/{group}     one group: its partitions and dead letters
-//	POST /topics/{topic}/groups/{group}/{action}   pause, resume, replay or redrive
+//	POST /topics/{topic}/groups/{group}/{action}   pause, resume, replay, redrive, discard or delete
+//	POST /topics/{topic}/delete             delete the topic
 //
 // Every response is bounded, however large the broker: the overview and a
 // topic's view summarise groups without their partitions; a topic's and a
@@ -48,13 +49,16 @@
 //
 // The actions' form fields: replay needs from=earliest, latest, offset
 // (with offset=N) or time (with time=RFC 3339), and has no default, so
-// that a typo cannot rewind a group; redrive needs id=ID (repeated) or
-// all=1. A browser is sent back to the group's page (303 See Other), which
-// says what was done; a JSON client gets {"ok": true, ...}, anyone else a
-// line of text. Redrive answers how many dead letters it sent back.
-// Actions wait as the Group methods they call do, at most 5 seconds; one
-// that reaches that deadline answers 504 Gateway Timeout, saying what it
-// did so far.
+// that a typo cannot rewind a group; redrive and discard need id=ID
+// (repeated) or all=1, and answer how many dead letters they moved. Delete
+// (Broker.DeleteGroup, Broker.DeleteTopic) takes no field; the page's
+// buttons that delete or discard ask for confirmation first. A browser is
+// sent back to the page that remains (303 See Other), which says what was
+// done; a JSON client gets {"ok": true, ...}, anyone else a line of text.
+// Actions wait as the methods they call do, at most 5 seconds; one that
+// reaches that deadline answers 504 Gateway Timeout, saying what it did so
+// far, except a deletion, which then took place all the same and answers
+// so.
 //
 // # DNS rebinding
 //
@@ -121,20 +125,10 @@ type source interface {
 	// letters returns a group's newest n dead letters, the newest first;
 	// with an error when it could not read them all.
 	letters(ctx context.Context, topic, group string, n int) ([]pubsub.DeadLetter[[]byte], error)
-	// act applies a to group on topic; for the actions that count, it
-	// returns how many dead letters they moved.
-	act(ctx context.Context, topic, group string, a action) (int, error)
+	// act applies a; for the actions that count, it returns how many dead
+	// letters they moved.
+	act(ctx context.Context, a action) (int, error)
 }
-
-// action is one POST: what to do to a group.
-type action struct {
-	kind string       // "pause", "resume", "replay" or "redrive"
-	from pubsub.Start // replay: where from
-	ids  []string     // redrive: the dead letters' IDs; nil for all
-}
-
-// counts reports whether a answers how many dead letters it moved.
-func (a action) counts() bool { return a.kind == "redrive" }
 
 type handler struct {
 	src  source
@@ -152,6 +146,7 @@ func newHandler(src source, opts ...Option) *handler {
 	h.mux.HandleFunc("/{$}", h.view(h.serveOverview))
 	h.mux.HandleFunc("/topics/{topic}", h.view(h.serveTopic))
 	h.mux.HandleFunc("/topics/{topic}/groups/{group}", h.view(h.serveGroup))
+	h.mux.HandleFunc("/topics/{topic}/{action}", h.serveAction)
 	h.mux.HandleFunc("/topics/{topic}/groups/{group}/{action}", h.serveAction)
 	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { h.notFound(w, r, "no page "+strconv.Quote(r.URL.Path)) })
 	return h
@@ -201,7 +196,7 @@ func (h *handler) serveOverview(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, o)
 		return
 	}
-	h.render(w, r, &page{Title: "logbus", overview: &o, Stuck: stuck, NumStuck: numStuck})
+	h.render(w, r, &page{Title: "logbus", overview: &o, Stuck: stuck, NumStuck: numStuck, Notice: notice(r.URL.Query()), Done: r.URL.Query().Get("done")})
 }
 
 func (h *handler) serveTopic(w http.ResponseWriter, r *http.Request) {
@@ -226,7 +221,7 @@ func (h *handler) serveTopic(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o := h.head(snap)
-	h.render(w, r, &page{Title: "logbus: topic " + visible(t.Name), overview: &o, Topic: &tv})
+	h.render(w, r, &page{Title: "logbus: topic " + visible(t.Name), overview: &o, Topic: &tv, Notice: notice(r.URL.Query()), Done: r.URL.Query().Get("done")})
 }
 
 func (h *handler) serveGroup(w http.ResponseWriter, r *http.Request) {
@@ -252,7 +247,7 @@ func (h *handler) serveGroup(w http.ResponseWriter, r *http.Request) {
 	}
 	o, tv := h.head(snap), topicOf(t)
 	h.render(w, r, &page{Title: "logbus: group " + visible(g.Name) + " on " + visible(t.Name), overview: &o, Topic: &tv, Group: &gv,
-		Notice: notice(r.URL.Query())})
+		Notice: notice(r.URL.Query()), Done: r.URL.Query().Get("done")})
 }
 
 // firstOf reads ?first=N, the first partition a view lists; 0 by default.
@@ -267,155 +262,6 @@ func firstOf(r *http.Request) (int, error) {
 	}
 	return n, nil
 }
-
-// notice is the line a page shows after an action redirected to it
-// (?done=kind&count=n).
-func notice(q url.Values) string {
-	count, _ := strconv.Atoi(q.Get("count"))
-	switch q.Get("done") {
-	case "pause":
-		return "Paused."
-	case "resume":
-		return "Resumed."
-	case "replay":
-		return "Replayed."
-	case "redrive":
-		return fmt.Sprintf("%d dead letter(s) sent back to the group.", max(count, 0))
-	}
-	return ""
-}
-
-func (h *handler) serveAction(w http.ResponseWriter, r *http.Request) {
-	topic, group := r.PathValue("topic"), r.PathValue("group")
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		h.fail(w, r, http.StatusMethodNotAllowed, r.Method+" is not allowed here: actions are POST requests")
-		return
-	}
-	if !h.cfg.actions {
-		h.fail(w, r, http.StatusForbidden, "actions are disabled: this page is read-only (debughttp.WithActions enables them)")
-		return
-	}
-	if err := h.csrf.Check(r); err != nil {
-		h.fail(w, r, http.StatusForbidden, "refused: "+err.Error())
-		return
-	}
-	a, err := parseAction(r)
-	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, err.Error())
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.timeout)
-	defer cancel()
-	n, err := h.src.act(ctx, topic, group, a)
-	if err != nil {
-		h.fail(w, r, statusOf(err), err.Error())
-		return
-	}
-	res := result{OK: true, Action: a.kind, Topic: topic, Group: group}
-	if a.counts() {
-		res.Count = &n
-	}
-	switch formatOf(r) {
-	case formatJSON:
-		writeJSON(w, http.StatusOK, res)
-	case formatText:
-		writeText(w, http.StatusOK, res.String())
-	default:
-		// Back to the group's page, relative to this URL so that it works
-		// under any prefix: .../groups/{group}/{action} → .../groups/{group}.
-		q := url.Values{"done": {a.kind}}
-		if res.Count != nil {
-			q.Set("count", strconv.Itoa(n))
-		}
-		w.Header().Set("Location", "../"+url.PathEscape(group)+"?"+q.Encode())
-		w.WriteHeader(http.StatusSeeOther)
-	}
-}
-
-// result is an action's answer to a client that is not a browser.
-type result struct {
-	OK     bool   `json:"ok"`
-	Action string `json:"action"`
-	Topic  string `json:"topic"`
-	Group  string `json:"group"`
-	Count  *int   `json:"count,omitempty"` // redrive: the letters sent back
-}
-
-func (r result) String() string {
-	switch r.Action {
-	case "redrive":
-		return fmt.Sprintf("redrive: %d dead letter(s) sent back", *r.Count)
-	}
-	return r.Action + ": done"
-}
-
-// parseAction reads the action from the path and its arguments from the
-// form: for replay, from = earliest | latest | offset | time, with offset
-// (a number) or time (RFC 3339); for redrive, id (repeated) or all=1.
-func parseAction(r *http.Request) (action, error) {
-	a := action{kind: r.PathValue("action")}
-	if err := r.ParseForm(); err != nil {
-		return a, fmt.Errorf("bad form: %v", err)
-	}
-	switch a.kind {
-	case "pause", "resume":
-	case "replay":
-		switch from := r.PostForm.Get("from"); from {
-		case "":
-			// No default: a replay from the earliest record rewinds the
-			// group, too much to do on a typo.
-			return a, errors.New("replay: say where from: from=earliest, latest, offset (with offset=N) or time (with time=RFC 3339)")
-		case "earliest":
-			a.from = pubsub.Earliest()
-		case "latest":
-			a.from = pubsub.Latest()
-		case "offset":
-			n, err := strconv.ParseInt(strings.TrimSpace(r.PostForm.Get("offset")), 10, 64)
-			if err != nil || n < 0 {
-				return a, fmt.Errorf("replay from offset: %q is not an offset", r.PostForm.Get("offset"))
-			}
-			a.from = pubsub.AtOffset(n)
-		case "time":
-			t, err := time.Parse(time.RFC3339, strings.TrimSpace(r.PostForm.Get("time")))
-			if err != nil {
-				return a, fmt.Errorf("replay from time: %q is not an RFC 3339 time", r.PostForm.Get("time"))
-			}
-			a.from = pubsub.AtTime(t)
-		default:
-			return a, fmt.Errorf("replay from %q: want earliest, latest, offset or time", from)
-		}
-	case "redrive":
-		a.ids = r.PostForm["id"]
-		switch {
-		case len(a.ids) > 0 && r.PostForm.Get("all") != "":
-			return a, errors.New("redrive: give id or all, not both")
-		case len(a.ids) == 0 && r.PostForm.Get("all") == "":
-			return a, errors.New("redrive: say which dead letters (id) or all=1")
-		}
-	default:
-		return a, fmt.Errorf("no action %q: want pause, resume, replay or redrive", a.kind)
-	}
-	return a, nil
-}
-
-// statusOf maps an action's error to an HTTP status.
-func statusOf(err error) int {
-	switch {
-	case errors.Is(err, pubsub.ErrTopicNotFound), errors.Is(err, pubsub.ErrSubscription), errors.Is(err, errNoLetter):
-		return http.StatusNotFound
-	case errors.Is(err, pubsub.ErrInvalid), errors.Is(err, pubsub.ErrOffsetOutOfRange):
-		return http.StatusBadRequest
-	case errors.Is(err, pubsub.ErrClosed):
-		return http.StatusConflict
-	case errors.Is(err, context.DeadlineExceeded):
-		return http.StatusGatewayTimeout
-	}
-	return http.StatusInternalServerError
-}
-
-// errNoLetter is a redrive of an ID the group holds no dead letter for.
-var errNoLetter = errors.New("no such dead letter")
 
 func (h *handler) notFound(w http.ResponseWriter, r *http.Request, msg string) {
 	h.fail(w, r, http.StatusNotFound, msg)
@@ -498,6 +344,7 @@ type page struct {
 	Refresh int64  // milliseconds between refreshes; 0 for none
 	Actions bool
 	Notice  string // the outcome of an action, after its redirect
+	Done    string // the action's kind (?done=), for the notice's data-done
 	Error   string // an error page's message
 	Code    int    // an error page's status; 0 for 200
 	*overview

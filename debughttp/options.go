@@ -30,10 +30,10 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
-// WithActions enables the buttons that change a group: Pause, Resume,
-// Replay (from the earliest or latest record, an offset or a time) and
-// Redrive (its dead letters, one or all). Off by default: the page is then
-// read-only.
+// WithActions enables the buttons that change a group or a topic: Pause,
+// Resume, Replay (from the earliest or latest record, an offset or a
+// time), Redrive and Discard (its dead letters, one or all), Delete group
+// and Delete topic. Off by default: the page is then read-only.
 func WithActions() Option { return optionFunc(func(c *config) { c.actions = true }) }
 
 // WithPayloads shows the first bytes of each dead letter's key and value

@@ -7,20 +7,22 @@ import (
 	"github.com/logbus/logbus/pubsub"
 )
 
-// redrive sends the dead letters with the given IDs (every one for nil)
-// back to g and returns how many it sent. Naming only letters the group
-// no longer holds (redriven already, or evicted) is errNoLetter. Errors
-// do not repeat the IDs, which may be many.
-func redrive(ctx context.Context, g *pubsub.Group[[]byte], ids []string) (int, error) {
+// byIDs applies do (Group.Redrive or Group.DiscardDeadLetters) to g's
+// dead letters with the given IDs (every one for nil) and returns how many
+// it moved. Naming only letters the group no longer holds (redriven or
+// discarded already, or evicted) is errNoLetter. Errors do not repeat the
+// IDs, which may be many.
+func byIDs(ctx context.Context, g *pubsub.Group[[]byte], verb string,
+	do func(context.Context, func(pubsub.DeadLetter[[]byte]) bool) (int, error), ids []string) (int, error) {
 	set := newIDSet(ctx, ids)
-	n, err := g.Redrive(ctx, set.match())
+	n, err := do(ctx, set.match())
 	switch {
 	case err != nil:
 		return n, err
 	case set.stopped:
-		return n, fmt.Errorf("redrive group %q: stopped after sending back %d dead letter(s): %w", g.Name(), n, ctx.Err())
+		return n, fmt.Errorf("%s dead letters of group %q: stopped after %d: %w", verb, g.Name(), n, ctx.Err())
 	case n == 0 && set.ids != nil:
-		return 0, fmt.Errorf("redrive group %q: %w: none of the %d named is held", g.Name(), errNoLetter, len(set.ids))
+		return 0, fmt.Errorf("%s dead letters of group %q: %w: none of the %d named is held", verb, g.Name(), errNoLetter, len(set.ids))
 	}
 	return n, nil
 }
@@ -45,9 +47,9 @@ func newIDSet(ctx context.Context, ids []string) *idSet {
 	return s
 }
 
-// match is the filter to hand to Group.Redrive: nil for every letter.
-// Group.Redrive calls it on the caller's goroutine, so stopped needs no
-// lock.
+// match is the filter to hand to Group.Redrive or DiscardDeadLetters: nil
+// for every letter. Both call it on the caller's goroutine, so stopped
+// needs no lock.
 func (s *idSet) match() func(pubsub.DeadLetter[[]byte]) bool {
 	if s.ids == nil {
 		return nil

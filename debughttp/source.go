@@ -21,8 +21,17 @@ func (s brokerSource) letters(ctx context.Context, topic, group string, n int) (
 	return g.LatestDeadLetters(ctx, n)
 }
 
-func (s brokerSource) act(ctx context.Context, topic, group string, a action) (int, error) {
-	g, err := s.b.Group(group, topic)
+func (s brokerSource) act(ctx context.Context, a action) (int, error) {
+	if a.group == "" {
+		if a.kind == "delete" {
+			return 0, s.b.DeleteTopic(ctx, a.topic)
+		}
+		return 0, fmt.Errorf("no action %q on a topic", a.kind)
+	}
+	if a.kind == "delete" {
+		return 0, s.b.DeleteGroup(ctx, a.group, a.topic)
+	}
+	g, err := s.b.Group(a.group, a.topic)
 	if err != nil {
 		return 0, err
 	}
@@ -34,7 +43,9 @@ func (s brokerSource) act(ctx context.Context, topic, group string, a action) (i
 	case "replay":
 		return 0, g.Replay(ctx, a.from)
 	case "redrive":
-		return redrive(ctx, g, a.ids)
+		return byIDs(ctx, g, "redrive", g.Redrive, a.ids)
+	case "discard":
+		return byIDs(ctx, g, "discard", g.DiscardDeadLetters, a.ids)
 	}
 	return 0, fmt.Errorf("no action %q", a.kind)
 }
