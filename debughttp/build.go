@@ -175,17 +175,24 @@ func status(g *groupView, retrying, unowned bool) string {
 	return statusOK
 }
 
-// findGroup finds topic and its group in snap by name; ok is false when
-// either is missing (then g is empty, and t too when the topic is).
-func findGroup(snap pubsub.Snapshot, topic, group string) (t pubsub.TopicSnapshot, g pubsub.GroupSnapshot, tok, gok bool) {
-	i := slices.IndexFunc(snap.Topics, func(t pubsub.TopicSnapshot) bool { return t.Name == topic })
+// findTopic finds a topic of snap by name.
+func findTopic(snap pubsub.Snapshot, name string) (pubsub.TopicSnapshot, bool) {
+	i := slices.IndexFunc(snap.Topics, func(t pubsub.TopicSnapshot) bool { return t.Name == name })
 	if i < 0 {
-		return t, g, false, false
+		return pubsub.TopicSnapshot{}, false
 	}
-	t = snap.Topics[i]
-	j := slices.IndexFunc(t.Groups, func(g pubsub.GroupSnapshot) bool { return g.Name == group })
-	if j < 0 {
-		return t, g, true, false
+	return snap.Topics[i], true
+}
+
+// findGroup finds a group of a topic of snap by their names.
+func findGroup(snap pubsub.Snapshot, topic, group string) (pubsub.TopicSnapshot, pubsub.GroupSnapshot, bool) {
+	t, ok := findTopic(snap, topic)
+	if !ok {
+		return t, pubsub.GroupSnapshot{}, false
 	}
-	return t, t.Groups[j], true, true
+	i := slices.IndexFunc(t.Groups, func(g pubsub.GroupSnapshot) bool { return g.Name == group })
+	if i < 0 {
+		return t, pubsub.GroupSnapshot{}, false
+	}
+	return t, t.Groups[i], true
 }

@@ -30,8 +30,8 @@
 // partitions; a dead letter's error is cut at 1 KiB and its headers at 32
 // (names at 128 bytes, values at 256); counts beside each say how many
 // there are in all. Each request builds only the view it asks for, from
-// one Broker.Snapshot and the newest dead letters of the groups it shows:
-// it never waits for a handler.
+// one Broker.Snapshot and the newest dead letters of the groups it shows
+// (read for at most 5 seconds in all): it never waits for a handler.
 //
 // An error answers in the format the client asked for: JSON for an Accept
 // header naming application/json (or ?format=json), a page for a browser
@@ -191,7 +191,9 @@ func requestPath(r *http.Request) string {
 }
 
 func (h *handler) serveOverview(w http.ResponseWriter, r *http.Request) {
-	o, stuck, numStuck := h.overviewOf(r.Context(), h.src.snapshot())
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.timeout) // bounds reading dead letters from a remote engine
+	defer cancel()
+	o, stuck, numStuck := h.overviewOf(ctx, h.src.snapshot())
 	if wantsJSON(r) {
 		writeJSON(w, http.StatusOK, o)
 		return
@@ -206,7 +208,7 @@ func (h *handler) serveTopic(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	snap := h.src.snapshot()
-	t, _, ok, _ := findGroup(snap, r.PathValue("topic"), "")
+	t, ok := findTopic(snap, r.PathValue("topic"))
 	if !ok {
 		h.notFound(w, r, fmt.Sprintf("no topic %q", r.PathValue("topic")))
 		return
@@ -231,12 +233,14 @@ func (h *handler) serveGroup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	snap := h.src.snapshot()
-	t, g, tok, gok := findGroup(snap, r.PathValue("topic"), r.PathValue("group"))
-	if !tok || !gok {
+	t, g, ok := findGroup(snap, r.PathValue("topic"), r.PathValue("group"))
+	if !ok {
 		h.notFound(w, r, fmt.Sprintf("no group %q on topic %q", r.PathValue("group"), r.PathValue("topic")))
 		return
 	}
-	gv, err := h.groupPage(r.Context(), t, g, first)
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.timeout) // bounds reading dead letters from a remote engine
+	defer cancel()
+	gv, err := h.groupPage(ctx, t, g, first)
 	if err != nil {
 		h.fail(w, r, http.StatusBadRequest, err.Error())
 		return
@@ -323,7 +327,8 @@ func writeText(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
-	_, _ = io.WriteString(w, msg+"\n") // the client went away: nothing to do
+	// One line, whatever the error says (errors.Join puts its errors on lines of their own).
+	_, _ = io.WriteString(w, strings.ReplaceAll(msg, "\n", "; ")+"\n") // the client went away: nothing to do
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
