@@ -1,22 +1,44 @@
 // Package debughttp serves a logbus broker's debug page: an HTML overview
 // of its topics, partitions and consumer groups (assignment, lag in records
 // and in time, deliveries in flight and stuck handlers) and of the recent
-// dead letters, with their errors and a safe preview of their bytes. The
-// page refreshes itself. Every view is also JSON, for ?format=json or an
-// Accept header naming application/json.
+// dead letters, with their errors and sizes, and with WithPayloads a safe
+// preview of their bytes. The page refreshes itself. Every view is also
+// JSON, for ?format=json or an Accept header naming application/json.
 //
 // Nothing is registered behind the caller's back: mount the handler where
 // you want it, under a prefix stripped from the path, and guard it as you
-// guard any operator endpoint (it names topics, groups and message bytes):
+// guard any operator endpoint (it names topics, groups and consumers, and
+// shows dead letters' errors):
 //
 //	mux.Handle("/debug/logbus/", http.StripPrefix("/debug/logbus", debughttp.Handler(b)))
+//
+// # Views
 //
 // Routes, relative to where it is mounted:
 //
 //	GET  /                                  the overview
 //	GET  /topics/{topic}                    one topic: its partitions and groups
 //	GET  /topics/{topic}/groups/{group}     one group: its partitions and dead letters
-//	POST /topics/{topic}/groups/{group}/{action}   pause, resume, replay or redrive
+//	POST /topics/{topic}/groups/{group}/{action}   pause, resume, replay, redrive, discard or delete
+//	POST /topics/{topic}/delete             delete the topic
+//
+// Every response is bounded, however large the broker: the overview and a
+// topic's view summarise groups without their partitions; a topic's and a
+// group's views list 256 partitions at a time (?first=N starts at
+// partition N; the JSON's "page" says where the next page starts); a
+// group lists at most 1024 consumers and each consumer at most 64 of its
+// partitions; a dead letter's error is cut at 1 KiB and its headers at 32
+// (names at 128 bytes, values at 256); counts beside each say how many
+// there are in all. Each request builds only the view it asks for, from
+// one Broker.Snapshot and the newest dead letters of the groups it shows
+// (read for at most 5 seconds in all): it never waits for a handler.
+//
+// An error answers in the format the client asked for: JSON for an Accept
+// header naming application/json (or ?format=json), a page for a browser
+// (text/html), and otherwise, as for curl, one line of text; 404 and 405
+// (with its Allow header) too.
+//
+// # Actions
 //
 // The page is read-only unless WithActions is given: without it every POST
 // is refused with 403 Forbidden. With it, the actions are POST requests
@@ -25,9 +47,34 @@
 // make a visitor's browser press the buttons. Requests without the
 // browser's Origin and Sec-Fetch-Site headers (curl, scripts) are allowed.
 //
-// Reading the page takes a Broker.Snapshot and, for groups that hold dead
-// letters, a copy of them: it never waits for a handler. Actions wait as
-// the Group methods they call do, at most 5 seconds.
+// The actions' form fields: replay needs from=earliest, latest, offset
+// (with offset=N) or time (with time=RFC 3339), and has no default, so
+// that a typo cannot rewind a group; redrive and discard need id=ID
+// (repeated) or all=1, and answer how many dead letters they moved. Delete
+// (Broker.DeleteGroup, Broker.DeleteTopic) takes no field; the page's
+// buttons that delete or discard ask for confirmation first. A browser is
+// sent back to the page that remains (303 See Other), which says what was
+// done; a JSON client gets {"ok": true, ...}, anyone else a line of text.
+// Actions wait as the methods they call do, at most 5 seconds; one that
+// reaches that deadline answers 504 Gateway Timeout, saying what it did so
+// far, except a deletion, which then took place all the same and answers
+// so.
+//
+// # DNS rebinding
+//
+// With WithActions or WithPayloads, the handler also refuses with 403
+// every request whose Host header is not localhost (or a name under
+// .localhost), an IP address, or a name given to WithAllowedHosts. This
+// stops DNS rebinding: a hostile site whose name is made to resolve to the
+// machine running the page passes the cross-origin check (its Origin, Host
+// and Sec-Fetch-Site agree), but its Host is still its own name. A token
+// in the page, checked on every action, would not stop it: once rebound,
+// the hostile page is same-origin with the debug page and can read the
+// token from it. IP addresses are allowed because no DNS answer can change
+// what they reach. To reach the page by a DNS name, or through a proxy
+// that passes the client's Host on, name it with WithAllowedHosts. A
+// read-only page without payloads answers any Host: it shows names and
+// counts only.
 package debughttp
 
 import (
@@ -39,6 +86,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -50,40 +98,18 @@ import (
 	"github.com/logbus/logbus/pubsub"
 )
 
-// Option configures the Handler.
-type Option interface{ apply(*config) }
-
-type config struct {
-	actions bool
-	refresh time.Duration
-	letters int
-	timeout time.Duration // bound on one action
-}
-
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
-
-// WithActions enables the buttons that change a group: Pause, Resume,
-// Replay (from the earliest or latest record, an offset or a time) and
-// Redrive (its dead letters, one or all). Off by default: the page is then
-// read-only.
-func WithActions() Option { return optionFunc(func(c *config) { c.actions = true }) }
-
-// WithRefresh sets how often the open page refreshes its figures. The
-// default is 2s; d ≤ 0 turns refreshing off.
-func WithRefresh(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.refresh = max(d, 0) })
-}
-
-// WithDeadLetters sets how many of each group's newest dead letters the
-// pages show, 20 by default; n ≤ 0 shows none (the counts stay).
-func WithDeadLetters(n int) Option { return optionFunc(func(c *config) { c.letters = max(n, 0) }) }
-
 // Handler returns the debug page of b; it panics if b is nil. The handler
 // is safe for concurrent use and keeps no state between requests. It
-// works after b is closed too: it shows the broker stopped, and refuses
-// actions with 409 Conflict.
+// works after b is closed too: it shows the broker stopped, counts dead
+// letters without showing them (Group.LatestDeadLetters, which the views
+// read them with, is ErrClosed; the page says so), and refuses actions
+// with 409 Conflict.
+//
+// An invalid option (a nil one, or a value its doc calls invalid) does not
+// panic, so that a bad configuration value cannot take a program down
+// with its debug page: the handler then answers every request with 500
+// Internal Server Error and an error naming the options, which wraps
+// pubsub.ErrInvalid.
 func Handler(b *pubsub.Broker, opts ...Option) http.Handler {
 	if b == nil {
 		panic("debughttp: Handler of a nil *pubsub.Broker")
@@ -94,41 +120,59 @@ func Handler(b *pubsub.Broker, opts ...Option) http.Handler {
 // source is what the handler reads and acts on (brokerSource): the page's
 // code never touches the broker itself.
 type source interface {
-	// overview describes everything, with at most letters dead letters per
-	// group, the newest first.
-	overview(letters int) overview
-	// act applies a to group on topic.
-	act(ctx context.Context, topic, group string, a action) error
-}
-
-// action is one POST: what to do to a group.
-type action struct {
-	kind string       // "pause", "resume", "replay" or "redrive"
-	from pubsub.Start // replay: where from
-	ids  []string     // redrive: the dead letters' IDs; nil for all
+	// snapshot describes the broker.
+	snapshot() pubsub.Snapshot
+	// letters returns a group's newest n dead letters, the newest first;
+	// with an error when it could not read them all.
+	letters(ctx context.Context, topic, group string, n int) ([]pubsub.DeadLetter[[]byte], error)
+	// act applies a; for the actions that count, it returns how many dead
+	// letters they moved.
+	act(ctx context.Context, a action) (int, error)
 }
 
 type handler struct {
 	src  source
 	cfg  config
+	err  error // of the options: every request is answered with it
 	mux  *http.ServeMux
 	csrf *http.CrossOriginProtection
 }
 
 func newHandler(src source, opts ...Option) *handler {
-	cfg := config{refresh: 2 * time.Second, letters: 20, timeout: 5 * time.Second}
-	for _, o := range opts {
-		o.apply(&cfg)
-	}
-	h := &handler{src: src, cfg: cfg, mux: http.NewServeMux(), csrf: http.NewCrossOriginProtection()}
-	h.mux.HandleFunc("GET /{$}", h.serveOverview)
-	h.mux.HandleFunc("GET /topics/{topic}", h.serveTopic)
-	h.mux.HandleFunc("GET /topics/{topic}/groups/{group}", h.serveGroup)
-	h.mux.Handle("POST /topics/{topic}/groups/{group}/{action}", h.csrf.Handler(http.HandlerFunc(h.serveAction)))
+	cfg, err := newConfig(opts)
+	h := &handler{src: src, cfg: cfg, err: err, mux: http.NewServeMux(), csrf: http.NewCrossOriginProtection()}
+	// The methods are checked here, not by the mux, whose 405 and 404
+	// answer in plain text whatever the client asked for.
+	h.mux.HandleFunc("/{$}", h.view(h.serveOverview))
+	h.mux.HandleFunc("/topics/{topic}", h.view(h.serveTopic))
+	h.mux.HandleFunc("/topics/{topic}/groups/{group}", h.view(h.serveGroup))
+	h.mux.HandleFunc("/topics/{topic}/{action}", h.serveAction)
+	h.mux.HandleFunc("/topics/{topic}/groups/{group}/{action}", h.serveAction)
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { h.notFound(w, r, "no page "+strconv.Quote(r.URL.Path)) })
 	return h
 }
 
+// view serves GET and HEAD with serve, and refuses other methods.
+func (h *handler) view(serve http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			h.fail(w, r, http.StatusMethodNotAllowed, r.Method+" is not allowed here: the views answer GET")
+			return
+		}
+		serve(w, r)
+	}
+}
+
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.err != nil {
+		h.fail(w, r, http.StatusInternalServerError, h.err.Error())
+		return
+	}
+	if h.cfg.guarded() && !h.cfg.hostAllowed(r) {
+		h.fail(w, r, http.StatusForbidden, fmt.Sprintf("host %q is not allowed: with actions or payloads on, only localhost, IP addresses and the names given to debughttp.WithAllowedHosts are (DNS rebinding)", r.Host))
+		return
+	}
 	if r.URL.Path == "" {
 		// Mounted with StripPrefix and asked for the prefix itself: the
 		// page's relative links need the trailing slash.
@@ -147,167 +191,117 @@ func requestPath(r *http.Request) string {
 }
 
 func (h *handler) serveOverview(w http.ResponseWriter, r *http.Request) {
-	o := h.src.overview(h.cfg.letters)
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.timeout) // bounds reading dead letters from a remote engine
+	defer cancel()
+	o, stuck, numStuck := h.overviewOf(ctx, h.src.snapshot())
 	if wantsJSON(r) {
 		writeJSON(w, http.StatusOK, o)
 		return
 	}
-	h.render(w, r, &page{Title: "logbus", overview: &o, Stuck: o.stuck()})
+	h.render(w, r, &page{Title: "logbus", overview: &o, Stuck: stuck, NumStuck: numStuck, Notice: notice(r.URL.Query()), Done: r.URL.Query().Get("done")})
 }
 
 func (h *handler) serveTopic(w http.ResponseWriter, r *http.Request) {
-	o := h.src.overview(h.cfg.letters)
-	t := o.topic(r.PathValue("topic"))
-	if t == nil {
-		h.notFound(w, r, fmt.Sprintf("no topic %q", r.PathValue("topic")))
-		return
-	}
-	if wantsJSON(r) {
-		writeJSON(w, http.StatusOK, t)
-		return
-	}
-	h.render(w, r, &page{Title: "logbus: topic " + t.Name, overview: &o, Topic: t})
-}
-
-func (h *handler) serveGroup(w http.ResponseWriter, r *http.Request) {
-	o := h.src.overview(h.cfg.letters)
-	t, g := o.group(r.PathValue("topic"), r.PathValue("group"))
-	if g == nil {
-		h.notFound(w, r, fmt.Sprintf("no group %q on topic %q", r.PathValue("group"), r.PathValue("topic")))
-		return
-	}
-	if wantsJSON(r) {
-		writeJSON(w, http.StatusOK, g)
-		return
-	}
-	h.render(w, r, &page{Title: "logbus: group " + g.Name + " on " + t.Name, overview: &o, Topic: t, Group: g,
-		Notice: notice(r.URL.Query().Get("done"))})
-}
-
-// notice is the line a page shows after an action redirected to it.
-func notice(done string) string {
-	switch done {
-	case "pause":
-		return "Paused."
-	case "resume":
-		return "Resumed."
-	case "replay":
-		return "Replayed."
-	case "redrive":
-		return "Dead letters sent back to the group."
-	}
-	return ""
-}
-
-func (h *handler) serveAction(w http.ResponseWriter, r *http.Request) {
-	topic, group := r.PathValue("topic"), r.PathValue("group")
-	if !h.cfg.actions {
-		h.fail(w, r, http.StatusForbidden, "actions are disabled: this page is read-only (debughttp.WithActions enables them)")
-		return
-	}
-	a, err := parseAction(r)
+	first, err := firstOf(r)
 	if err != nil {
 		h.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.timeout)
-	defer cancel()
-	if err := h.src.act(ctx, topic, group, a); err != nil {
-		h.fail(w, r, statusOf(err), err.Error())
+	snap := h.src.snapshot()
+	t, ok := findTopic(snap, r.PathValue("topic"))
+	if !ok {
+		h.notFound(w, r, fmt.Sprintf("no topic %q", r.PathValue("topic")))
+		return
+	}
+	tv, err := topicPage(t, first)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
 	if wantsJSON(r) {
-		writeJSON(w, http.StatusOK, map[string]any{"ok": true, "action": a.kind, "topic": topic, "group": group})
+		writeJSON(w, http.StatusOK, tv)
 		return
 	}
-	// Back to the group's page, relative to this URL so that it works
-	// under any prefix: .../groups/{group}/{action} → .../groups/{group}.
-	w.Header().Set("Location", "../"+url.PathEscape(group)+"?done="+a.kind)
-	w.WriteHeader(http.StatusSeeOther)
+	o := h.head(snap)
+	h.render(w, r, &page{Title: "logbus: topic " + visible(t.Name), overview: &o, Topic: &tv, Notice: notice(r.URL.Query()), Done: r.URL.Query().Get("done")})
 }
 
-// parseAction reads the action from the path and its arguments from the
-// form: for replay, from = earliest | latest | offset | time, with offset
-// (a number) or time (RFC 3339); for redrive, id (repeated) or all=1.
-func parseAction(r *http.Request) (action, error) {
-	a := action{kind: r.PathValue("action")}
-	if err := r.ParseForm(); err != nil {
-		return a, fmt.Errorf("bad form: %v", err)
+func (h *handler) serveGroup(w http.ResponseWriter, r *http.Request) {
+	first, err := firstOf(r)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
+		return
 	}
-	switch a.kind {
-	case "pause", "resume":
-	case "replay":
-		switch from := r.PostForm.Get("from"); from {
-		case "", "earliest":
-			a.from = pubsub.Earliest()
-		case "latest":
-			a.from = pubsub.Latest()
-		case "offset":
-			n, err := strconv.ParseInt(strings.TrimSpace(r.PostForm.Get("offset")), 10, 64)
-			if err != nil || n < 0 {
-				return a, fmt.Errorf("replay from offset: %q is not an offset", r.PostForm.Get("offset"))
-			}
-			a.from = pubsub.AtOffset(n)
-		case "time":
-			t, err := time.Parse(time.RFC3339, strings.TrimSpace(r.PostForm.Get("time")))
-			if err != nil {
-				return a, fmt.Errorf("replay from time: %q is not an RFC 3339 time", r.PostForm.Get("time"))
-			}
-			a.from = pubsub.AtTime(t)
-		default:
-			return a, fmt.Errorf("replay from %q: want earliest, latest, offset or time", from)
-		}
-	case "redrive":
-		a.ids = r.PostForm["id"]
-		switch {
-		case len(a.ids) > 0 && r.PostForm.Get("all") != "":
-			return a, errors.New("redrive: give id or all, not both")
-		case len(a.ids) == 0 && r.PostForm.Get("all") == "":
-			return a, errors.New("redrive: say which dead letters (id) or all=1")
-		}
-	default:
-		return a, fmt.Errorf("no action %q: want pause, resume, replay or redrive", a.kind)
+	snap := h.src.snapshot()
+	t, g, ok := findGroup(snap, r.PathValue("topic"), r.PathValue("group"))
+	if !ok {
+		h.notFound(w, r, fmt.Sprintf("no group %q on topic %q", r.PathValue("group"), r.PathValue("topic")))
+		return
 	}
-	return a, nil
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.timeout) // bounds reading dead letters from a remote engine
+	defer cancel()
+	gv, err := h.groupPage(ctx, t, g, first)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	if wantsJSON(r) {
+		writeJSON(w, http.StatusOK, gv)
+		return
+	}
+	o, tv := h.head(snap), topicOf(t)
+	h.render(w, r, &page{Title: "logbus: group " + visible(g.Name) + " on " + visible(t.Name), overview: &o, Topic: &tv, Group: &gv,
+		Notice: notice(r.URL.Query()), Done: r.URL.Query().Get("done")})
 }
 
-// statusOf maps an action's error to an HTTP status.
-func statusOf(err error) int {
-	switch {
-	case errors.Is(err, pubsub.ErrTopicNotFound), errors.Is(err, pubsub.ErrSubscription), errors.Is(err, errNoLetter):
-		return http.StatusNotFound
-	case errors.Is(err, pubsub.ErrInvalid), errors.Is(err, pubsub.ErrOffsetOutOfRange):
-		return http.StatusBadRequest
-	case errors.Is(err, pubsub.ErrClosed):
-		return http.StatusConflict
-	case errors.Is(err, context.DeadlineExceeded):
-		return http.StatusGatewayTimeout
+// firstOf reads ?first=N, the first partition a view lists; 0 by default.
+func firstOf(r *http.Request) (int, error) {
+	s := r.URL.Query().Get("first")
+	if s == "" {
+		return 0, nil
 	}
-	return http.StatusInternalServerError
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("first=%q: want a partition number", s)
+	}
+	return n, nil
 }
-
-// errNoLetter is a redrive of an ID the group holds no dead letter for.
-var errNoLetter = errors.New("no such dead letter")
 
 func (h *handler) notFound(w http.ResponseWriter, r *http.Request, msg string) {
 	h.fail(w, r, http.StatusNotFound, msg)
 }
 
-// fail answers with an error, as JSON or as a short page.
+// fail answers with an error in the format r asked for: JSON, a page for
+// a browser, or else (curl, scripts) a line of text.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, code int, msg string) {
-	if wantsJSON(r) {
+	switch formatOf(r) {
+	case formatJSON:
 		writeJSON(w, code, map[string]string{"error": msg})
-		return
+	case formatHTML:
+		h.render(w, r, &page{Title: "logbus: " + http.StatusText(code), Error: msg, Code: code})
+	default:
+		writeText(w, code, msg)
 	}
-	h.render(w, r, &page{Title: "logbus: " + http.StatusText(code), Error: msg, Code: code})
 }
 
-// wantsJSON reports whether r asks for JSON: ?format=json, or an Accept
-// header that names application/json (and is not a browser's, which names
-// text/html first).
-func wantsJSON(r *http.Request) bool {
-	if f := r.URL.Query().Get("format"); f != "" {
-		return f == "json"
+// format is what a client reads.
+type format int
+
+const (
+	formatText format = iota // a line of text: curl's default Accept, */*
+	formatHTML               // a page: a browser
+	formatJSON
+)
+
+// formatOf reads what r asks for: ?format=json or html, or the first of
+// application/json and text/html (or application/xhtml+xml) in its Accept
+// header. A browser names text/html first; curl's */* names neither.
+func formatOf(r *http.Request) format {
+	switch r.URL.Query().Get("format") {
+	case "json":
+		return formatJSON
+	case "html":
+		return formatHTML
 	}
 	for part := range strings.SplitSeq(r.Header.Get("Accept"), ",") {
 		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
@@ -316,12 +310,25 @@ func wantsJSON(r *http.Request) bool {
 		}
 		switch mt {
 		case "application/json":
-			return true
-		case "text/html":
-			return false
+			return formatJSON
+		case "text/html", "application/xhtml+xml":
+			return formatHTML
 		}
 	}
-	return false
+	return formatText
+}
+
+// wantsJSON reports whether a view should answer r in JSON; else it
+// answers with the page, to curl too.
+func wantsJSON(r *http.Request) bool { return formatOf(r) == formatJSON }
+
+func writeText(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	// One line, whatever the error says (errors.Join puts its errors on lines of their own).
+	_, _ = io.WriteString(w, strings.ReplaceAll(msg, "\n", "; ")+"\n") // the client went away: nothing to do
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -342,12 +349,14 @@ type page struct {
 	Refresh int64  // milliseconds between refreshes; 0 for none
 	Actions bool
 	Notice  string // the outcome of an action, after its redirect
+	Done    string // the action's kind (?done=), for the notice's data-done
 	Error   string // an error page's message
 	Code    int    // an error page's status; 0 for 200
 	*overview
-	Topic *topicView
-	Group *groupView
-	Stuck []stuckView
+	Topic    *topicView
+	Group    *groupView
+	Stuck    []stuckView // the first stuckLimit
+	NumStuck int
 }
 
 //go:embed page.html
@@ -358,9 +367,12 @@ var tmpl = template.Must(template.New("page.html").Funcs(template.FuncMap{
 	"groupHref": func(root, topic, group string) string {
 		return root + "topics/" + url.PathEscape(topic) + "/groups/" + url.PathEscape(group)
 	},
-	"age":  age,
-	"ints": joinInts,
-	"list": func(t *topicView) []topicView { return []topicView{*t} },
+	"age":   age,
+	"minus": func(a, b int) int { return a - b },
+	"show":  visible, // a name, as errors and headers are shown
+	"plus":  func(a, b int) int { return a + b },
+	"ints":  joinInts,
+	"list":  func(t *topicView) []topicView { return []topicView{*t} },
 	// args passes named values to a nested template: args "Root" .Root "Group" $g.
 	"args": func(kv ...any) (map[string]any, error) {
 		if len(kv)%2 != 0 {
@@ -431,28 +443,4 @@ func joinInts(ps []int) string {
 		s[i] = strconv.Itoa(p)
 	}
 	return strings.Join(s, ", ")
-}
-
-// topic finds a topic by name.
-func (o *overview) topic(name string) *topicView {
-	for i := range o.Topics {
-		if o.Topics[i].Name == name {
-			return &o.Topics[i]
-		}
-	}
-	return nil
-}
-
-// group finds a group of a topic by name.
-func (o *overview) group(topic, name string) (*topicView, *groupView) {
-	t := o.topic(topic)
-	if t == nil {
-		return nil, nil
-	}
-	for i := range t.Groups {
-		if t.Groups[i].Name == name {
-			return t, &t.Groups[i]
-		}
-	}
-	return t, nil
 }

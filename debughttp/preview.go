@@ -15,11 +15,12 @@ const previewLimit = 256
 // preview is a safe look at bytes of unknown content: the page escapes it
 // like any text, and it never carries a control or format character that
 // could disguise what is shown (a bidi override, a zero-width space).
+// Without WithPayloads only Size is set.
 type preview struct {
-	Encoding  string `json:"encoding"` // "utf-8", "hex", or "" for no bytes
-	Text      string `json:"text"`
-	Size      int    `json:"size"`      // bytes in full
-	Truncated bool   `json:"truncated"` // Text shows only the first bytes
+	Encoding  string `json:"encoding,omitempty"` // "utf-8", "hex", or "" for no bytes or none shown
+	Text      string `json:"text,omitempty"`
+	Size      int    `json:"size"`                // bytes in full
+	Truncated bool   `json:"truncated,omitempty"` // Text shows only the first bytes
 }
 
 // newPreview shows at most limit bytes of b: as text when they are valid
@@ -93,4 +94,13 @@ func visible(s string) string {
 		}
 	}
 	return string(out)
+}
+
+// escaped is s as a Go string literal when it is not printable UTF-8 (see
+// printable), for the JSON's _escaped fields; "" when s shows as it is.
+func escaped(s string) string {
+	if printable([]byte(s)) {
+		return ""
+	}
+	return strconv.Quote(s)
 }

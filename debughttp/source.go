@@ -3,9 +3,6 @@ package debughttp
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 
 	"github.com/logbus/logbus/pubsub"
 )
@@ -14,98 +11,41 @@ import (
 // by name (Broker.Group).
 type brokerSource struct{ b *pubsub.Broker }
 
-func (s brokerSource) overview(letters int) overview {
-	snap := s.b.Snapshot()
-	o := overview{Taken: snap.Taken, State: snap.State.String(), Partial: snap.Partial, Topics: make([]topicView, len(snap.Topics))}
-	for i, t := range snap.Topics {
-		tv := topicView{Name: t.Name, Published: t.Stats.Published, Retained: t.Stats.Retained, RetainedBytes: t.Stats.RetainedBytes,
-			Reclaimed: t.Stats.Reclaimed, Dropped: t.Stats.Dropped, Expired: t.Stats.Expired, Blocked: t.Stats.Blocked,
-			TimedOut: t.Stats.TimedOut, Partitions: make([]partitionView, len(t.Partitions)), Groups: make([]groupView, len(t.Groups))}
-		for j, p := range t.Partitions {
-			tv.Partitions[j] = partitionView{Partition: p.Partition, Earliest: p.Earliest, End: p.End, Retained: p.Retained, RetainedBytes: p.RetainedBytes}
-		}
-		for j, g := range t.Groups {
-			tv.Groups[j] = s.group(t, g, letters)
-		}
-		o.Topics[i] = tv
-	}
-	return o
-}
+func (s brokerSource) snapshot() pubsub.Snapshot { return s.b.Snapshot() }
 
-// group describes g of topic t, with its newest dead letters.
-func (s brokerSource) group(t pubsub.TopicSnapshot, g pubsub.GroupSnapshot, letters int) groupView {
-	gv := groupView{Name: g.Name, Topic: t.Name, Paused: g.Paused, Consumers: g.Consumers, Assignment: g.Assignment,
-		Lag: g.Lag, LagSeconds: g.LagAge.Seconds(), Delivered: g.Stats.Delivered, Retried: g.Stats.Retried,
-		DeadLettered: g.Stats.DeadLettered, Skipped: g.Stats.Skipped, DeadLettersEvicted: g.Stats.DeadLettersEvicted, Redriven: g.Stats.Redriven,
-		NumDeadLetters: g.DeadLetters, Partitions: make([]groupPartitionView, len(g.Partitions)), DeadLetters: []letterView{}}
-	if gv.Consumers == nil {
-		gv.Consumers = []string{}
-	}
-	if gv.Assignment == nil {
-		gv.Assignment = map[string][]int{}
-	}
-	for i, p := range g.Partitions {
-		pv := groupPartitionView{Partition: p.Partition, Owner: p.Owner, Committed: p.Committed, Lag: p.Lag,
-			LagSeconds: p.LagAge.Seconds(), InFlight: p.InFlight, Retrying: p.Retrying, Attempt: p.Attempt,
-			RunningSeconds: p.RunningFor.Seconds(), Stuck: p.Stuck, Redriving: p.Redriving}
-		if p.Partition >= 0 && p.Partition < len(t.Partitions) {
-			pv.End = t.Partitions[p.Partition].End
-		}
-		if pv.InFlight {
-			gv.InFlight++
-		}
-		if pv.Stuck {
-			gv.Stuck++
-		}
-		gv.Partitions[i] = pv
-	}
-	gv.Status = status(&gv)
-	if letters > 0 && g.DeadLetters > 0 {
-		if raw, err := s.b.Group(g.Name, t.Name); err == nil { // err: the group went away since the snapshot
-			all := raw.DeadLetters()
-			for _, l := range slices.Backward(all[max(0, len(all)-letters):]) {
-				gv.DeadLetters = append(gv.DeadLetters, letterOf(l))
-			}
-		}
-	}
-	return gv
-}
-
-func letterOf(l pubsub.DeadLetter[[]byte]) letterView {
-	lv := letterView{ID: l.Message.ID, Partition: l.Message.Partition, Offset: l.Message.Offset, Attempts: l.Attempts,
-		FailedAt: l.FailedAt, Created: l.Message.Created,
-		Key: newPreview(l.Message.Key, previewLimit), Value: newPreview(l.Message.Value, previewLimit)}
-	if l.Err != nil {
-		lv.Error = visible(l.Err.Error())
-	}
-	if len(l.Message.Headers) > 0 {
-		lv.Headers = make(map[string]string, len(l.Message.Headers))
-		for _, k := range slices.Sorted(maps.Keys(l.Message.Headers)) {
-			v := l.Message.Headers[k]
-			if len(v) > previewLimit {
-				v = strings.ToValidUTF8(v[:previewLimit], "") + "…"
-			}
-			lv.Headers[visible(k)] = visible(v)
-		}
-	}
-	return lv
-}
-
-func (s brokerSource) act(ctx context.Context, topic, group string, a action) error {
+func (s brokerSource) letters(ctx context.Context, topic, group string, n int) ([]pubsub.DeadLetter[[]byte], error) {
 	g, err := s.b.Group(group, topic)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	return g.LatestDeadLetters(ctx, n)
+}
+
+func (s brokerSource) act(ctx context.Context, a action) (int, error) {
+	if a.group == "" {
+		if a.kind == "delete" {
+			return 0, s.b.DeleteTopic(ctx, a.topic)
+		}
+		return 0, fmt.Errorf("no action %q on a topic", a.kind)
+	}
+	if a.kind == "delete" {
+		return 0, s.b.DeleteGroup(ctx, a.group, a.topic)
+	}
+	g, err := s.b.Group(a.group, a.topic)
+	if err != nil {
+		return 0, err
 	}
 	switch a.kind {
 	case "pause":
-		return g.Pause(ctx)
+		return 0, g.Pause(ctx)
 	case "resume":
-		return g.Resume(ctx)
+		return 0, g.Resume(ctx)
 	case "replay":
-		return g.Replay(ctx, a.from)
+		return 0, g.Replay(ctx, a.from)
 	case "redrive":
-		_, err := redrive(ctx, g, a.ids)
-		return err
+		return byIDs(ctx, g, "redrive", g.Redrive, a.ids)
+	case "discard":
+		return byIDs(ctx, g, "discard", g.DiscardDeadLetters, a.ids)
 	}
-	return fmt.Errorf("no action %q", a.kind)
+	return 0, fmt.Errorf("no action %q", a.kind)
 }

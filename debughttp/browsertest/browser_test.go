@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/debughttp"
@@ -207,7 +208,7 @@ func TestDebugPageInBrowser(t *testing.T) {
 	l := newLive(t)
 	mux := http.NewServeMux()
 	mux.Handle("/debug/logbus/", http.StripPrefix("/debug/logbus",
-		debughttp.Handler(l.b, debughttp.WithActions(), debughttp.WithRefresh(250*time.Millisecond))))
+		debughttp.Handler(l.b, debughttp.WithActions(), debughttp.WithPayloads(), debughttp.WithRefresh(250*time.Millisecond))))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 
@@ -259,19 +260,15 @@ func TestDebugPageInBrowser(t *testing.T) {
 	shot(t, ctx, "debug-page.png", true)
 
 	// To audit's page, and press Resume: audit catches up.
-	if err := chromedp.Do(ctx,
-		chromedp.Click(chromedp.CSS(`#groups tr[data-group="audit"] td a`)),
-		chromedp.WaitVisible(chromedp.ID("group-partitions")),
-	); err != nil {
+	press(t, ctx, `#groups tr[data-group="audit"] td a`)
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("group-partitions"))); err != nil {
 		t.Fatal(err)
 	}
 	if got := text(t, ctx, "#status"); got != "PAUSED" {
 		t.Errorf("audit's page shows status %q, want PAUSED", got)
 	}
-	if err := chromedp.Do(ctx,
-		chromedp.Click(chromedp.CSS(`#actions button[data-action="resume"]`)),
-		chromedp.WaitVisible(chromedp.ID("notice")),
-	); err != nil {
+	press(t, ctx, `#actions button[data-action="resume"]`)
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#notice[data-done="resume"]`))); err != nil {
 		t.Fatal(err)
 	}
 	if got := text(t, ctx, "#notice"); got != "Resumed." {
@@ -296,14 +293,88 @@ func TestDebugPageInBrowser(t *testing.T) {
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(srv.URL+"/debug/logbus/topics/orders/groups/billing"),
 		chromedp.WaitVisible(chromedp.ID("dead-letters")),
-		chromedp.Click(chromedp.CSS(`#dead-letters button[data-action="redrive"]`)),
-		chromedp.WaitVisible(chromedp.ID("notice")),
 	); err != nil {
 		t.Fatal(err)
+	}
+	press(t, ctx, `#dead-letters button[data-action="redrive"]`)
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#notice[data-done="redrive"]`))); err != nil {
+		t.Fatal(err)
+	}
+	if got := text(t, ctx, "#notice"); got != "1 dead letter(s) sent back to the group." {
+		t.Errorf("after Redrive the page says %q, want it to count the letter sent back", got)
+	}
+	if loc, err := chromedp.Run(ctx, chromedp.Location()); err != nil || strings.Contains(loc, "?") {
+		t.Errorf("after Redrive the browser is at %s (%v), want the group's page without ?done= and ?count=", loc, err)
 	}
 	waitFor(t, ctx, `(s => s.includes("dead-lettered 2") && s.includes("1 redriven"))(document.getElementById("summary").innerText)`)
 	if s := l.billing.Stats(); s.Redriven != 1 || s.DeadLettered != 2 {
 		t.Errorf("billing after the redrive: %+v, want 1 redriven and 2 dead-lettered", s)
+	}
+
+	// Discard asks first. Cancelled, nothing is sent: after two more
+	// refreshes the letter is still there (and the Redrive's notice, which
+	// stays until the page is left). Confirmed, it is discarded.
+	dialogs := make(chan string, 1)
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			select {
+			case dialogs <- e.Message:
+			default:
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	answer := func(accept bool) {
+		t.Helper()
+		select {
+		case msg := <-dialogs:
+			if msg != "Discard this dead letter?" {
+				t.Errorf("the dialog asks %q", msg)
+			}
+		case <-ctx.Done():
+			t.Fatal("Discard did not ask for confirmation")
+		}
+		if _, err := chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: accept}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	press(t, ctx, `#dead-letters button[data-action="discard"]`)
+	answer(false)
+	refreshed, err := chromedp.Run(ctx, chromedp.Evaluate[int](`Number(document.getElementById("refreshed").dataset.count)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, fmt.Sprintf(`Number(document.getElementById("refreshed").dataset.count) >= %d`, refreshed+2))
+	if n := len(l.billing.DeadLetters()); n != 1 {
+		t.Fatalf("after Discard was cancelled billing holds %d dead letters, want 1", n)
+	}
+	if got := text(t, ctx, "#notice"); got != "1 dead letter(s) sent back to the group." {
+		t.Errorf("after two refreshes the page's notice reads %q, want the Redrive's still", got)
+	}
+	press(t, ctx, `#dead-letters button[data-action="discard"]`)
+	answer(true)
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#notice[data-done="discard"]`))); err != nil {
+		t.Fatal(err)
+	}
+	if got := text(t, ctx, "#notice"); got != "1 dead letter(s) discarded." {
+		t.Errorf("after Discard the page says %q, want it to count the letter discarded", got)
+	}
+	if n, s := len(l.billing.DeadLetters()), l.billing.Stats(); n != 0 || s.DeadLettered != 2 || s.Redriven != 1 {
+		t.Errorf("billing after the discard: %d letters held, %+v; want none, and the counts unchanged", n, s)
+	}
+}
+
+// press clicks the element sel from a script of the page's, after the
+// current task: a click from outside could find the node just before the
+// page's refresh replaces it, and a dialog the click opens must not block
+// the call.
+func press(t *testing.T, ctx context.Context, sel string) {
+	t.Helper()
+	ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(
+		`(sel => { if (!document.querySelector(sel)) return false; setTimeout(() => document.querySelector(sel).click(), 0); return true })(%q)`, sel)))
+	if err != nil || !ok {
+		t.Fatalf("pressing %s: found %v, %v", sel, ok, err)
 	}
 }
 
