@@ -100,10 +100,10 @@ import (
 
 // Handler returns the debug page of b; it panics if b is nil. The handler
 // is safe for concurrent use and keeps no state between requests. It
-// works after b is closed too: it shows the broker stopped, counts dead
-// letters without showing them (Group.LatestDeadLetters, which the views
-// read them with, is ErrClosed; the page says so), and refuses actions
-// with 409 Conflict.
+// works after b is closed too: it shows the broker stopped, with what its
+// engine still holds (dead letters included, where the engine can read
+// them; the page says when it cannot), and refuses actions with 409
+// Conflict.
 //
 // An invalid option (a nil one, or a value its doc calls invalid) does not
 // panic, so that a bad configuration value cannot take a program down

@@ -377,9 +377,9 @@ func (b *Broker) Replay(ctx context.Context, group, topic string, from Start) er
 // calls it on its own group waits for itself until ctx ends.
 func (b *Broker) DeleteGroup(ctx context.Context, group, topic string) error {
 	if err := b.check(ctx); err != nil {
-		return fail(err, "delete group %q of topic %q", group, topic)
+		return fail(err, "delete group %q on topic %q", group, topic)
 	}
-	err := fail(b.deleteGroup(ctx, group, topic), "delete group %q of topic %q", group, topic)
+	err := fail(b.deleteGroup(ctx, group, topic), "delete group %q on topic %q", group, topic)
 	b.obs.operator("deleted group", topic, group, err)
 	return err
 }

@@ -118,7 +118,7 @@ func (t *Topic[K, V]) SubscribeBatch(group, consumer string, h BatchHandler[V], 
 	}
 	bs, ok := t.b.eng.(engine.BatchSubscriber)
 	if !ok || !t.b.eng.Capabilities().Has(engine.Batches) {
-		return nil, fail(fmt.Errorf("%w: the engine cannot deliver batches", ErrInvalid), "subscribe %q to group %q", consumer, group)
+		return nil, fail(fmt.Errorf("%w: the engine cannot deliver batches", ErrInvalid), "subscribe consumer %q to group %q on topic %q", consumer, group, t.Name())
 	}
 	var handle func(context.Context, []Message[V]) error
 	switch f, isFunc := h.(BatchHandlerFunc[V]); {
@@ -142,7 +142,7 @@ func (t *Topic[K, V]) SubscribeBatch(group, consumer string, h BatchHandler[V], 
 	}
 	return t.subscribe(group, cfg, func(spec engine.GroupSpec) (engine.Group, error) {
 		return bs.SubscribeBatch(context.Background(), t.Name(), group, consumer, eh, nil, spec, cfg.batch)
-	}, "subscribe %q to group %q", consumer, group)
+	}, "subscribe consumer %q to group %q on topic %q", consumer, group, t.Name())
 }
 
 // batchBuffer is a partition's reused Messages and keys.

@@ -241,7 +241,7 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 			}
 		}
 		return t.b.eng.Subscribe(context.Background(), t.Name(), group, consumer, h, onLeave, cfg)
-	}, "subscribe %q to group %q", consumer, group)
+	}, "subscribe consumer %q to group %q on topic %q", consumer, group, t.Name())
 }
 
 // subscribe applies opts to a group spec, joins with join, and returns the
@@ -336,10 +336,10 @@ func (g *Group[V]) Name() string { return g.eng.Name() }
 // unknown consumer is ErrSubscription; after Close, ErrClosed.
 func (g *Group[V]) Leave(ctx context.Context, consumer string) error {
 	if ctx == nil {
-		return fail(errNilContext, "leave group %q", g.Name())
+		return fail(errNilContext, "remove consumer %q from group %q on topic %q", consumer, g.Name(), g.topic)
 	}
 	g.left(consumer, nil)
-	err := fail(g.eng.Leave(ctx, consumer), "leave group %q", g.Name())
+	err := fail(g.eng.Leave(ctx, consumer), "remove consumer %q from group %q on topic %q", consumer, g.Name(), g.topic)
 	g.obs.operator("consumer left", g.topic, g.Name(), err, slog.String("consumer", consumer))
 	return err
 }
@@ -356,9 +356,9 @@ func (g *Group[V]) Assignment() map[string][]int { return g.eng.Assignment() }
 // lag, Drain returns ErrStalled.
 func (g *Group[V]) Pause(ctx context.Context) error {
 	if ctx == nil {
-		return fail(errNilContext, "pause group %q", g.Name())
+		return fail(errNilContext, "pause group %q on topic %q", g.Name(), g.topic)
 	}
-	err := fail(g.eng.Pause(ctx), "pause group %q", g.Name())
+	err := fail(g.eng.Pause(ctx), "pause group %q on topic %q", g.Name(), g.topic)
 	g.obs.operator("paused", g.topic, g.Name(), err)
 	return err
 }
@@ -369,9 +369,9 @@ func (g *Group[V]) Pause(ctx context.Context) error {
 // restarts when it ends.
 func (g *Group[V]) Resume(ctx context.Context) error {
 	if ctx == nil {
-		return fail(errNilContext, "resume group %q", g.Name())
+		return fail(errNilContext, "resume group %q on topic %q", g.Name(), g.topic)
 	}
-	err := fail(g.eng.Resume(ctx), "resume group %q", g.Name())
+	err := fail(g.eng.Resume(ctx), "resume group %q on topic %q", g.Name(), g.topic)
 	g.obs.operator("resumed", g.topic, g.Name(), err)
 	return err
 }
@@ -385,9 +385,9 @@ func (g *Group[V]) Resume(ctx context.Context) error {
 // Attempt starting at 1.
 func (g *Group[V]) Seek(ctx context.Context, partition int, offset int64) error {
 	if ctx == nil {
-		return fail(errNilContext, "seek group %q", g.Name())
+		return fail(errNilContext, "seek group %q on topic %q", g.Name(), g.topic)
 	}
-	err := fail(g.eng.Seek(ctx, partition, offset), "seek group %q partition %d to offset %d", g.Name(), partition, offset)
+	err := fail(g.eng.Seek(ctx, partition, offset), "seek group %q on topic %q partition %d to offset %d", g.Name(), g.topic, partition, offset)
 	g.obs.operator("seeked", g.topic, g.Name(), err, slog.String(attrPartition, strconv.Itoa(partition)), slog.Int64("offset", offset))
 	return err
 }
@@ -399,9 +399,9 @@ func (g *Group[V]) Seek(ctx context.Context, partition int, offset int64) error 
 // again with Attempt starting at 1.
 func (g *Group[V]) Replay(ctx context.Context, from Start) error {
 	if ctx == nil {
-		return fail(errNilContext, "replay group %q", g.Name())
+		return fail(errNilContext, "replay group %q on topic %q", g.Name(), g.topic)
 	}
-	err := fail(g.eng.Replay(ctx, from.spec), "replay group %q from %v", g.Name(), from)
+	err := fail(g.eng.Replay(ctx, from.spec), "replay group %q on topic %q from %v", g.Name(), g.topic, from)
 	g.obs.operator("replayed", g.topic, g.Name(), err, slog.String("from", from.String()))
 	return err
 }
@@ -489,10 +489,10 @@ func (g *Group[V]) letter(l *engine.DeadLetter) DeadLetter[V] {
 // began, and with ErrInvalid on an engine that cannot redrive.
 func (g *Group[V]) Redrive(ctx context.Context, match func(DeadLetter[V]) bool) (int, error) {
 	if ctx == nil {
-		return 0, fail(errNilContext, "redrive group %q", g.Name())
+		return 0, fail(errNilContext, "redrive group %q on topic %q", g.Name(), g.topic)
 	}
 	n, err := redrive(ctx, g.eng, func(l *engine.DeadLetter) bool { return match(g.letter(l)) }, match == nil)
-	err = fail(err, "redrive group %q", g.Name())
+	err = fail(err, "redrive group %q on topic %q", g.Name(), g.topic)
 	g.obs.operator("redrove dead letters", g.topic, g.Name(), err, slog.Int("count", n))
 	return n, err
 }
@@ -526,10 +526,10 @@ func redrive(ctx context.Context, g engine.Group, match func(*engine.DeadLetter)
 // that cannot discard dead letters. Safe for concurrent use.
 func (g *Group[V]) DiscardDeadLetters(ctx context.Context, match func(DeadLetter[V]) bool) (int, error) {
 	if ctx == nil {
-		return 0, fail(errNilContext, "discard dead letters of group %q", g.Name())
+		return 0, fail(errNilContext, "discard dead letters of group %q on topic %q", g.Name(), g.topic)
 	}
 	n, err := g.discard(ctx, match)
-	err = fail(err, "discard dead letters of group %q", g.Name())
+	err = fail(err, "discard dead letters of group %q on topic %q", g.Name(), g.topic)
 	g.obs.operator("discarded dead letters", g.topic, g.Name(), err, slog.Int("count", n))
 	return n, err
 }
@@ -558,18 +558,18 @@ func (g *Group[V]) discard(ctx context.Context, match func(DeadLetter[V]) bool) 
 // server, bounded by ctx: when it could not read all of them, it returns
 // those it read with an error saying why; a short result is never silent.
 //
-// It fails with ErrClosed once Close began, with ErrSubscription once the
-// group was deleted (ErrTopicNotFound once its topic was). It logs nothing.
-// Safe for concurrent use.
+// Like DeadLetters it is a read, and works after Close: the in-memory
+// engine still holds its letters then (an engine whose server connection
+// closed with the broker says ErrClosed). It fails with ErrSubscription
+// once the group was deleted (ErrTopicNotFound once its topic was). It
+// logs nothing. Safe for concurrent use.
 func (g *Group[V]) LatestDeadLetters(ctx context.Context, n int) ([]DeadLetter[V], error) {
-	const verb = "latest dead letters of group %q"
+	const verb = "latest dead letters of group %q on topic %q"
 	switch {
 	case ctx == nil:
-		return nil, fail(errNilContext, verb, g.Name())
+		return nil, fail(errNilContext, verb, g.Name(), g.topic)
 	case n < 0:
-		return nil, fail(fmt.Errorf("%w: %d letters asked for", ErrInvalid, n), verb, g.Name())
-	case g.state() != engine.Running:
-		return nil, fail(ErrClosed, verb, g.Name())
+		return nil, fail(fmt.Errorf("%w: %d letters asked for", ErrInvalid, n), verb, g.Name(), g.topic)
 	}
 	r, ok := g.eng.(engine.DeadLetterReader)
 	if !ok {
@@ -585,7 +585,7 @@ func (g *Group[V]) LatestDeadLetters(ctx context.Context, n int) ([]DeadLetter[V
 	for i := range letters {
 		out[i] = g.letter(&letters[i])
 	}
-	return out, fail(err, verb, g.Name())
+	return out, fail(err, verb, g.Name(), g.topic)
 }
 
 // keyArena copies delivered messages' keys, many short keys per

@@ -170,7 +170,7 @@ func (s *Stream[V]) Close() error {
 		// The group or its topic deleted: the consumer left with it.
 		err := s.group.eng.Leave(context.Background(), s.consumer)
 		if err != nil && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrSubscription) && !errors.Is(err, ErrTopicNotFound) {
-			s.closeErr = fail(err, "close stream %q of group %q", s.consumer, s.group.Name())
+			s.closeErr = fail(err, "close stream %q of group %q on topic %q", s.consumer, s.group.Name(), s.group.topic)
 		}
 	})
 	return s.closeErr

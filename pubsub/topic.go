@@ -55,7 +55,7 @@ func (t *Topic[K, V]) markDeleted() { t.deleted.Store(true) }
 
 // errDeleted is the error of a call on the handle of a deleted topic.
 func (t *Topic[K, V]) errDeleted() error {
-	return fmt.Errorf("%w: %q was deleted", ErrTopicNotFound, t.Name())
+	return fmt.Errorf("%w: the topic was deleted", ErrTopicNotFound)
 }
 
 // TopicOption configures a topic. Options only record; NewTopic checks them

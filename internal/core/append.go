@@ -243,8 +243,8 @@ func recordBytes(rec *Record) int64 { return engine.RecordBytes(rec) }
 // spares the others a call per record.
 func (p *Partition) tooLarge(rec *Record) error {
 	if size := recordBytes(rec); size > p.ret.MaxBytes {
-		return fmt.Errorf("%w: topic %q partition %d: a record of %s can never fit in MaxBytes %d",
-			ErrInvalid, p.topic, p.index, engine.DescribeSize(rec), p.ret.MaxBytes)
+		return fmt.Errorf("%w: partition %d: a record of %s can never fit in MaxBytes %d",
+			ErrInvalid, p.index, engine.DescribeSize(rec), p.ret.MaxBytes)
 	}
 	return nil
 }

@@ -122,7 +122,7 @@ func (b *Broker) creatableLocked(name string) error {
 		return ErrClosed
 	}
 	if _, ok := b.topics[name]; ok {
-		return fmt.Errorf("%w: %q", ErrTopicExists, name)
+		return ErrTopicExists
 	}
 	return nil
 }
@@ -133,7 +133,7 @@ func (b *Broker) Topic(name string) (*Topic, error) {
 	defer b.mu.Unlock()
 	t, ok := b.topics[name]
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrTopicNotFound, name)
+		return nil, ErrTopicNotFound
 	}
 	return t, nil
 }
@@ -145,7 +145,7 @@ func (b *Broker) Topic(name string) (*Topic, error) {
 // Every argument is checked before anything changes. It does not block.
 func (b *Broker) Subscribe(topic, group, consumer string, h Handler, onLeave func(), cfg GroupSpec) (*Group, error) {
 	if h == nil {
-		return nil, fmt.Errorf("%w: topic %q group %q consumer %q: nil handler", ErrSubscription, topic, group, consumer)
+		return nil, fmt.Errorf("%w: nil handler", ErrSubscription)
 	}
 	return b.subscribe(topic, group, consumer, handlers{one: h}, onLeave, cfg)
 }
@@ -154,11 +154,11 @@ func (b *Broker) Subscribe(topic, group, consumer string, h Handler, onLeave fun
 // batches, as spec says (see engine.BatchHandler).
 func (b *Broker) SubscribeBatch(topic, group, consumer string, h BatchHandler, onLeave func(), cfg GroupSpec, spec BatchSpec) (*Group, error) {
 	if h == nil {
-		return nil, fmt.Errorf("%w: topic %q group %q consumer %q: nil handler", ErrSubscription, topic, group, consumer)
+		return nil, fmt.Errorf("%w: nil handler", ErrSubscription)
 	}
 	spec, err := spec.Resolve()
 	if err != nil {
-		return nil, fmt.Errorf("topic %q group %q consumer %q: %w", topic, group, consumer, err)
+		return nil, err
 	}
 	return b.subscribe(topic, group, consumer, handlers{batch: h, spec: spec}, onLeave, cfg)
 }
@@ -168,9 +168,9 @@ func (b *Broker) SubscribeBatch(topic, group, consumer string, h BatchHandler, o
 func (b *Broker) subscribe(topic, group, consumer string, h handlers, onLeave func(), cfg GroupSpec) (*Group, error) {
 	switch {
 	case group == "":
-		return nil, fmt.Errorf("%w: topic %q: empty group name", ErrSubscription, topic)
+		return nil, fmt.Errorf("%w: empty group name", ErrSubscription)
 	case consumer == "":
-		return nil, fmt.Errorf("%w: topic %q group %q: empty consumer name", ErrSubscription, topic, group)
+		return nil, fmt.Errorf("%w: empty consumer name", ErrSubscription)
 	}
 	t, err := b.Topic(topic)
 	if err != nil {
@@ -190,7 +190,7 @@ func (b *Broker) join(t *Topic, group, consumer string, h handlers, onLeave func
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.State() != Running {
-		return nil, nil, fmt.Errorf("%w: subscribe to topic %q", ErrClosed, t.name)
+		return nil, nil, ErrClosed
 	}
 	key := groupKey{t.name, group}
 	g, ok := b.groups[key]
@@ -200,12 +200,12 @@ func (b *Broker) join(t *Topic, group, consumer string, h handlers, onLeave func
 		// fails leaves no group behind.
 		var err error
 		if g, err = newGroup(b, t, group, cfg); err != nil {
-			return nil, nil, fmt.Errorf("topic %q group %q: %w", t.name, group, err)
+			return nil, nil, err
 		}
 	}
 	e, err := g.join(consumer, h, onLeave, cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("topic %q: %w", t.name, err)
+		return nil, nil, err
 	}
 	b.groups[key] = g
 	return g, e, nil
@@ -216,11 +216,11 @@ func (b *Broker) Group(name, topic string) (*Group, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, ok := b.topics[topic]; !ok {
-		return nil, fmt.Errorf("%w: %q", ErrTopicNotFound, topic)
+		return nil, ErrTopicNotFound
 	}
 	g, ok := b.groups[groupKey{topic, name}]
 	if !ok {
-		return nil, fmt.Errorf("%w: no group %q on topic %q", ErrSubscription, name, topic)
+		return nil, fmt.Errorf("%w: no such group", ErrSubscription)
 	}
 	return g, nil
 }

@@ -229,11 +229,11 @@ type handlers struct {
 func (g *Group) join(name string, h handlers, onLeave func(), cfg GroupSpec) (*Event, error) {
 	switch {
 	case name == "":
-		return nil, fmt.Errorf("%w: group %q: empty consumer name", ErrSubscription, g.name)
+		return nil, fmt.Errorf("%w: empty consumer name", ErrSubscription)
 	case h.one == nil && h.batch == nil:
-		return nil, fmt.Errorf("%w: group %q consumer %q: nil handler", ErrSubscription, g.name, name)
+		return nil, fmt.Errorf("%w: nil handler", ErrSubscription)
 	case !cfg.Equal(g.cfg):
-		return nil, fmt.Errorf("%w: group %q exists with other options than consumer %q gives", ErrSubscription, g.name, name)
+		return nil, fmt.Errorf("%w: the group exists with other options than these", ErrSubscription)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -241,7 +241,7 @@ func (g *Group) join(name string, h handlers, onLeave func(), cfg GroupSpec) (*E
 		return nil, ErrClosed
 	}
 	if g.memberLocked(name) != nil {
-		return nil, fmt.Errorf("%w: group %q already has consumer %q", ErrSubscription, g.name, name)
+		return nil, fmt.Errorf("%w: the group already has this consumer", ErrSubscription)
 	}
 	before := g.observedAssignmentLocked()
 	g.members = append(g.members, &member{name: name, handler: h.one, batch: h.batch, spec: h.spec, onLeave: onLeave})
@@ -267,7 +267,7 @@ func (g *Group) Leave(ctx context.Context, name string) error {
 	m := g.memberLocked(name)
 	if m == nil {
 		g.mu.Unlock()
-		return fmt.Errorf("%w: group %q has no consumer %q", ErrSubscription, g.name, name)
+		return fmt.Errorf("%w: no such consumer in the group", ErrSubscription)
 	}
 	before := g.observedAssignmentLocked()
 	g.members = slices.DeleteFunc(g.members, func(x *member) bool { return x == m })
@@ -285,8 +285,8 @@ func (g *Group) Leave(ctx context.Context, name string) error {
 	}
 	err := g.waitLocked(ctx, func() bool { return m.gone })
 	if err != nil {
-		err = fmt.Errorf("consumer %q still has deliveries in flight on %s: %w",
-			name, g.partitionsLocked(func(gp *groupPartition) bool { return gp.w != nil && gp.w.m == m }), err)
+		err = fmt.Errorf("deliveries still in flight on %s: %w",
+			g.partitionsLocked(func(gp *groupPartition) bool { return gp.w != nil && gp.w.m == m }), err)
 	}
 	g.mu.Unlock()
 	g.broker.notifyProgress() // a group without members no longer holds Drain up
@@ -522,10 +522,10 @@ func (g *Group) Seek(ctx context.Context, partition int, offset int64) error {
 		return err
 	}
 	if partition < 0 || partition >= len(g.parts) {
-		return fmt.Errorf("%w: topic %q has no partition %d", ErrInvalid, g.topic.name, partition)
+		return fmt.Errorf("%w: no such partition (the topic has %d)", ErrInvalid, len(g.parts))
 	}
 	if earliest, end := g.parts[partition].part.Bounds(); offset < earliest || offset > end {
-		return g.parts[partition].part.outOfRange(offset, earliest, end)
+		return outOfRange(earliest, end)
 	}
 	return g.reposition(ctx, func(gp *groupPartition) bool { return gp.index == partition },
 		func(gp *groupPartition) error { return gp.part.seek(gp.cursor, offset) })

@@ -49,16 +49,16 @@ func (b *Broker) DeleteGroup(ctx context.Context, topic, name string) error {
 	}
 	if _, ok := b.topics[topic]; !ok {
 		b.mu.Unlock()
-		return fmt.Errorf("%w: %q", ErrTopicNotFound, topic)
+		return ErrTopicNotFound
 	}
 	g, ok := b.groups[groupKey{topic, name}]
 	if !ok {
 		b.mu.Unlock()
-		return fmt.Errorf("%w: no group %q on topic %q", ErrSubscription, name, topic)
+		return fmt.Errorf("%w: no such group", ErrSubscription)
 	}
 	b.retireLocked(g)
 	b.mu.Unlock()
-	g.remove(fmt.Errorf("%w: group %q was deleted", ErrSubscription, name))
+	g.remove(fmt.Errorf("%w: the group was deleted", ErrSubscription))
 	defer b.notifyProgress() // a deleted group no longer holds Drain up
 	return g.waitRemoved(ctx)
 }
@@ -80,7 +80,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	t, ok := b.topics[name]
 	if !ok {
 		b.mu.Unlock()
-		return fmt.Errorf("%w: %q", ErrTopicNotFound, name)
+		return ErrTopicNotFound
 	}
 	delete(b.topics, name)
 	var groups []*Group
@@ -92,7 +92,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	}
 	t.deleted.Store(true)
 	b.mu.Unlock()
-	why := fmt.Errorf("%w: %q was deleted", ErrTopicNotFound, name)
+	why := fmt.Errorf("%w: the topic was deleted", ErrTopicNotFound)
 	for _, p := range t.parts {
 		p.seal(why)
 	}
@@ -176,7 +176,7 @@ func (g *Group) waitRemoved(ctx context.Context) error {
 	if err := g.waitStopped(ctx); err != nil {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		return fmt.Errorf("group %q deleted; deliveries still in flight on %s: %w", g.name,
+		return fmt.Errorf("deleted; deliveries still in flight on %s: %w",
 			g.partitionsLocked(func(gp *groupPartition) bool { return gp.w != nil }), err)
 	}
 	return nil
@@ -268,8 +268,6 @@ func (g *Group) LatestDeadLetters(_ context.Context, n int) ([]DeadLetter, error
 	switch {
 	case n < 0:
 		return nil, fmt.Errorf("%w: %d dead letters asked for", ErrInvalid, n)
-	case g.isStopped():
-		return nil, ErrClosed
 	}
 	if err := g.deletedErr(); err != nil {
 		return nil, err

@@ -44,7 +44,7 @@ func (p *Partition) seek(c *Cursor, offset int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if offset < p.base || offset > p.next {
-		return p.outOfRange(offset, p.base, p.next)
+		return outOfRange(p.base, p.next)
 	}
 	p.moveLocked(c, offset)
 	return nil
@@ -64,7 +64,7 @@ func (p *Partition) moveLocked(c *Cursor, offset int64) {
 }
 
 // outOfRange is the error of a seek to offset outside [earliest, end].
-func (p *Partition) outOfRange(offset, earliest, end int64) error {
-	return fmt.Errorf("%w: topic %q partition %d: offset %d outside [%d, %d], the earliest retained and the end",
-		ErrOffsetOutOfRange, p.topic, p.index, offset, earliest, end)
+func outOfRange(earliest, end int64) error {
+	return fmt.Errorf("%w: outside [%d, %d], the earliest retained record and the end",
+		ErrOffsetOutOfRange, earliest, end)
 }

@@ -144,7 +144,7 @@ func (t *Topic) appendable(ctx context.Context, partitions []int, recs []*Record
 		return ErrClosed
 	}
 	if t.deleted.Load() {
-		return fmt.Errorf("%w: %q was deleted", ErrTopicNotFound, t.name)
+		return fmt.Errorf("%w: the topic was deleted", ErrTopicNotFound)
 	}
 	if err := ctx.Err(); err != nil {
 		return err

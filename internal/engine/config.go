@@ -222,24 +222,24 @@ func (c TopicSpec) Resolve(name string) (TopicSpec, error) {
 	case name == "":
 		return c, fmt.Errorf("%w: empty topic name", ErrInvalid)
 	case c.Partitions < 0:
-		return c, fmt.Errorf("%w: topic %q: %d partitions", ErrInvalid, name, c.Partitions)
+		return c, fmt.Errorf("%w: %d partitions", ErrInvalid, c.Partitions)
 	case c.Partitions > MaxPartitions:
-		return c, fmt.Errorf("%w: topic %q: %d partitions, over the limit of %d (MaxPartitions)",
-			ErrInvalid, name, c.Partitions, MaxPartitions)
+		return c, fmt.Errorf("%w: %d partitions, over the limit of %d (MaxPartitions)",
+			ErrInvalid, c.Partitions, MaxPartitions)
 	}
 	if c.Partitions == 0 {
 		c.Partitions = 1
 	}
 	ret, err := c.Retention.Resolve()
 	if err != nil {
-		return c, fmt.Errorf("topic %q: %w", name, err)
+		return c, err
 	}
 	c.Retention = ret
 	// Both factors are bounded above (Resolve checked MaxMessages), so the
 	// product fits in an int64.
 	if slots := int64(c.Partitions) * int64(ret.MaxMessages); slots > MaxTopicMessages {
-		return c, fmt.Errorf("%w: topic %q: %d partitions × MaxMessages %d = %d records, over the limit of %d (MaxTopicMessages)",
-			ErrInvalid, name, c.Partitions, ret.MaxMessages, slots, MaxTopicMessages)
+		return c, fmt.Errorf("%w: %d partitions × MaxMessages %d = %d records, over the limit of %d (MaxTopicMessages)",
+			ErrInvalid, c.Partitions, ret.MaxMessages, slots, MaxTopicMessages)
 	}
 	return c, nil
 }

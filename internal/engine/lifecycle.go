@@ -68,7 +68,9 @@ type DeadLetterReader interface {
 	// them when it holds fewer), newest first; n = 0 returns none, and a
 	// negative n is ErrInvalid. When it could not read them all (ctx
 	// ended, the server did not answer) it returns those it read with an
-	// error saying why: a short result is never silent. Once Close began
-	// it returns ErrClosed; on a deleted group, the deletion's error.
+	// error saying why: a short result is never silent. Like DeadLetters it
+	// is a read and works after Close where the engine still holds the
+	// letters (one that cannot reach them then returns ErrClosed); on a
+	// deleted group it returns the deletion's error.
 	LatestDeadLetters(ctx context.Context, n int) ([]DeadLetter, error)
 }
