@@ -56,6 +56,9 @@ type group struct {
 	wake chan struct{} // buffered 1: the loop reconciles soon
 
 	delivered, retried, deadLettered, skipped, redriven atomic.Int64
+	// dropped counts the dead letters this process gave up storing
+	// (dlq.go's dropLetter): counted in DeadLettersEvicted.
+	dropped atomic.Int64
 
 	snap atomic.Pointer[groupSnap] // what the reads return once the broker stopped
 }
@@ -208,6 +211,8 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 		MaxMsgs:   int64(g.spec.DeadLetterLimit),
 		Discard:   natsjs.DiscardOld,
 		Storage:   t.streamConfig(0).Storage,
+		// Read by batches of direct gets (dlq.go).
+		AllowDirect: true,
 	})
 	if err != nil {
 		return nil, e.ctxErr(ctx, fmt.Errorf("group %q: dead-letter stream: %w", name, err))

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/internal/engine"
-	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // phase is what a partition's worker is doing.
@@ -610,12 +608,11 @@ func (w *worker) settle(msg record, d *engine.Delivery, herr error) (again bool)
 		w.ackNext(msg, w.more)
 		g.e.committed()
 	case errors.Is(herr, engine.ErrPermanent) || d.Attempt >= g.spec.Retry.MaxAttempts:
-		ctx, cancel := g.e.ctx()
-		defer cancel()
-		if err := g.deadLetter(ctx, msg, d, herr, w.m.name); err != nil {
-			_ = msg.NakWithDelay(g.spec.Retry.Delay(d.Attempt))
+		md, _ := msg.Metadata()
+		if w.deadLetter(msg, d, herr, letterID(d, md)) {
 			return true
 		}
+		g.terminate(msg, d, md)
 		w.s.settled(d)
 		g.e.committed()
 	default:
@@ -636,101 +633,6 @@ func (w *worker) retry(msg record, d *engine.Delivery, herr error) {
 		obs.Observe(&engine.Event{Kind: engine.EventRetry, Topic: g.t.name, Group: g.name, Consumer: w.m.name,
 			Partition: d.Partition, Offset: d.Record.Offset, ID: d.ID, Record: d.Record, Attempt: d.Attempt, Delay: delay, Err: herr})
 	}
-}
-
-// The headers of a dead letter, besides the record's own (hdrKey,
-// hdrHeaders).
-const (
-	hdrID        = "Lb-Id"
-	hdrPartition = "Lb-Partition"
-	hdrOffset    = "Lb-Offset"
-	hdrCreated   = "Lb-Created"
-	hdrAttempts  = "Lb-Attempts"
-	hdrError     = "Lb-Error"
-	hdrErrorKind = "Lb-Error-Kind"
-	hdrFailedAt  = "Lb-Failed-At"
-)
-
-// deadLetter stores the record in the group's dead-letter stream, then
-// terminates its delivery so the partition moves on. The letter's message
-// ID is the record's stream sequence and the delivery's consumer
-// sequence, so a retried publish of the same letter is stored once.
-func (g *group) deadLetter(ctx context.Context, msg record, d *engine.Delivery, herr error, consumer string) error {
-	md, _ := msg.Metadata()
-	letterID := d.ID + "-" + strconv.FormatUint(md.Sequence.Consumer, 10)
-	if err := g.storeLetter(ctx, msg, d, herr, consumer, letterID); err != nil {
-		return err
-	}
-	if err := msg.TermWithReason("logbus: dead-lettered"); err != nil {
-		return err
-	}
-	// A Term has no confirmation: wait until the ack floor passes the
-	// record, so that Committed and Drain see the dead letter as settled
-	// when the handler's caller does.
-	for {
-		info, err := g.consumers[d.Partition].Info(ctx)
-		if err != nil || info.AckFloor.Stream >= md.Sequence.Stream {
-			return nil
-		}
-		t := time.NewTimer(2 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-// storeLetter stores the record of d in the group's dead-letter stream,
-// under message ID letterID (so a retried publish is stored once), counts
-// it and reports it.
-func (g *group) storeLetter(ctx context.Context, msg record, d *engine.Delivery, herr error, consumer, letterID string) error {
-	dl := nats.NewMsg(g.e.names.dlqSubject(g.t.name, g.name))
-	dl.Data = msg.Data()
-	for _, h := range []string{hdrKey, hdrHeaders} {
-		if v, ok := msg.Headers()[h]; ok {
-			dl.Header[h] = v
-		}
-	}
-	now := time.Now()
-	dl.Header.Set(hdrID, d.ID)
-	dl.Header.Set(hdrPartition, strconv.Itoa(d.Partition))
-	dl.Header.Set(hdrOffset, strconv.FormatInt(d.Record.Offset, 10))
-	dl.Header.Set(hdrCreated, d.Record.Created.Format(time.RFC3339Nano))
-	dl.Header.Set(hdrAttempts, strconv.Itoa(d.Attempt))
-	dl.Header.Set(hdrError, oneLine(herr.Error()))
-	dl.Header.Set(hdrErrorKind, errorKind(herr))
-	dl.Header.Set(hdrFailedAt, now.Format(time.RFC3339Nano))
-	evicted := false
-	g.mu.Lock()
-	if _, ok := g.letters[letterID]; !ok {
-		g.lettersQ = append(g.lettersQ, letterID)
-		if len(g.lettersQ) > g.spec.DeadLetterLimit { // the stream evicted that one too
-			delete(g.letters, g.lettersQ[0])
-			g.lettersQ = g.lettersQ[1:]
-			evicted = true
-		}
-	}
-	g.letters[letterID] = herr
-	g.mu.Unlock()
-	if _, err := g.e.js.PublishMsg(ctx, dl, natsjs.WithMsgID(letterID)); err != nil {
-		return err
-	}
-	g.deadLettered.Add(1) // before the Term, which Drain may see at once
-	if obs := g.e.obs; obs != nil {
-		// Before the Term too, so that whoever sees the commit (Drain) has
-		// seen the event.
-		letter := engine.DeadLetter{Record: d.Record, ID: d.ID, Topic: g.t.name, Partition: d.Partition, Group: g.name,
-			Attempts: d.Attempt, Err: herr, FailedAt: now}
-		ev := &engine.Event{Kind: engine.EventDeadLetter, Topic: g.t.name, Group: g.name, Consumer: consumer,
-			Partition: d.Partition, Offset: d.Record.Offset, Attempt: d.Attempt, ID: d.ID, Letter: &letter, Err: herr}
-		if evicted {
-			ev.Count = 1
-		}
-		obs.Observe(ev)
-	}
-	return nil
 }
 
 // Who owns a partition next, for a worker that stops holding a record.
