@@ -212,8 +212,8 @@ func (w *worker) crashed() bool { return w.g.e.nc != nil && w.g.e.nc.IsClosed() 
 func (w *worker) run() {
 	defer func() {
 		w.s.setPhase(parked)
+		w.g.exited(w) // before done: whoever waits for the worker waits for its hand-over too
 		close(w.done)
-		w.g.exited(w)
 	}()
 	if w.m.bh != nil {
 		w.runBatches()
@@ -464,7 +464,7 @@ func (w *worker) await(msg record, epoch uint64) (<-chan struct{}, bool) {
 				}
 				s.mu.Unlock()
 			}
-			_ = msg.Nak()
+			w.g.giveBack(s, epoch, msg)
 			return nil, false
 		}
 		s.phase = holding
@@ -637,8 +637,8 @@ func (w *worker) retry(msg record, d *engine.Delivery, herr error) {
 
 // Who owns a partition next, for a worker that stops holding a record.
 const (
-	ownerNone   = iota // Close gave up: give it back
-	ownerLocal         // another member of this broker, or nobody yet: keep it for the next local worker
+	ownerNone   = iota // nobody in this broker, or Close gave up: give it back to the server
+	ownerLocal         // another live member of this broker: keep it for its worker
 	ownerRemote        // a member of another broker, or the broker is closing: deliver it here, as in flight
 )
 
@@ -656,7 +656,7 @@ func (g *group) nextOwner(w *worker) int {
 	}
 	for name, ps := range g.assign {
 		if slices.Contains(ps, w.s.p) {
-			if m := g.members[name]; m != nil && m != w.m && !m.left {
+			if m := g.members[name]; m != nil && m != w.m && g.live(m) {
 				return ownerLocal
 			}
 			if g.members[name] == nil {
@@ -664,5 +664,72 @@ func (g *group) nextOwner(w *worker) int {
 			}
 		}
 	}
-	return ownerLocal
+	return ownerNone
+}
+
+// live reports whether m, a local member, may own partitions: its key is
+// on the server and it has not left. g.mu must be held.
+func (g *group) live(m *member) bool { return m.rev != 0 && !m.left && !m.evicted }
+
+// giveBack returns records this broker fetched from slot s's partition
+// (or its redrive consumer) and will not deliver, so that whoever owns
+// the partition next, in any broker, gets them at once, within its poll
+// wait, not after AckWait.
+//
+// The delivery given back must not count as an attempt: the next owner's
+// first delivery of a record is Attempt 1 (the server's delivery count),
+// and a Nak would make it 2. So records delivered once (all of them, in
+// stream order) are given back by resetting the consumer to the first of
+// them, which makes the server forget that they were delivered: it does
+// so only when they are all that is unacked and nothing moved the
+// consumer since they were fetched (the slot's epoch, the consumer's ack
+// floor and last delivered sequence), and the pin, which this broker
+// still holds, keeps everyone else's pulls out meanwhile. Otherwise (a
+// record being retried, which the server must keep counting; Close gave
+// up; the server did not answer) each is Nak'ed: it comes again at once,
+// with Attempt+1.
+func (g *group) giveBack(s *slot, epoch uint64, msgs ...record) {
+	if len(msgs) == 0 {
+		return
+	}
+	if !g.resetTo(s, epoch, msgs) {
+		for _, m := range msgs {
+			_ = m.Nak()
+		}
+	}
+}
+
+// resetTo is giveBack's reset; false when it did not reset.
+func (g *group) resetTo(s *slot, epoch uint64, msgs []record) bool {
+	if g.e.handlerCtx.Err() != nil || g.e.nc != nil && g.e.nc.IsClosed() {
+		return false
+	}
+	seqs := make([]uint64, len(msgs))
+	for i, m := range msgs {
+		md, err := m.Metadata()
+		if err != nil || md.NumDelivered != 1 || i > 0 && md.Sequence.Stream <= seqs[i-1] {
+			return false
+		}
+		seqs[i] = md.Sequence.Stream
+	}
+	redriven := isRedriven(msgs[0])
+	s.mu.Lock()
+	moved := s.epoch != epoch && !redriven
+	s.mu.Unlock()
+	if moved {
+		return false
+	}
+	ctx, cancel := g.e.ctx()
+	defer cancel()
+	c, stream, name := g.consumers[s.p], g.t.streams[s.p], g.e.names.consumer(g.name, s.p)
+	if redriven {
+		c, stream, name = g.rconsumer[s.p], g.rdq, g.e.names.redriveConsumer(s.p)
+	}
+	info, err := c.Info(ctx)
+	if err != nil || info.AckFloor.Stream+1 != seqs[0] || info.Delivered.Stream != seqs[len(seqs)-1] ||
+		info.NumAckPending != len(msgs) {
+		return false
+	}
+	_, err = stream.ResetConsumerToSequence(ctx, name, seqs[0])
+	return err == nil
 }
