@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/codec"
+	"github.com/logbus/logbus/internal/engine"
 	"github.com/logbus/logbus/pubsub"
 )
 
@@ -168,5 +169,80 @@ func TestCleanLeaveHandsOverAtOnce(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGiveBackLeavesTheAttemptAlone: a record pulled once and given back
+// comes again with NumDelivered 1, as if never delivered (the consumer is
+// reset to it), where a Nak would make it 2; a record being retried is
+// Nak'ed (its attempts go on counting); so is one fetched before the
+// consumer was reset by a Seek (the slot's epoch moved).
+func TestGiveBackLeavesTheAttemptAlone(t *testing.T) {
+	ee, err := testServer.Engine(testOptions()...).(*opener).Open(engine.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := ee.(*eng)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	defer e.Close(ctx)
+	tt, err := e.CreateTopic(ctx, "orders", engine.TopicSpec{Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := tt.(*topic)
+	g, err := e.openGroup(ctx, tp, "g", &engine.GroupSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"a", "b"} {
+		if _, err := tp.AppendOne(ctx, 0, &engine.Record{Value: []byte(v)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := newPuller(e.js, e.names.stream("orders", 0), e.names.consumer("g", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	// next pulls one record: its value and delivery count.
+	next := func() (record, string, uint64) {
+		t.Helper()
+		if err := p.pull(time.Second); err != nil {
+			t.Fatal(err)
+		}
+		m, err := p.next(nil, 2*time.Second)
+		if err != nil || m == nil {
+			t.Fatalf("pull: %v, %v", m, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m, string(m.Data()), md.NumDelivered
+	}
+	s := g.slots[0]
+
+	m, v, n := next()
+	g.giveBack(s, 0, m)
+	if m, v2, n2 := next(); v2 != v || n2 != 1 {
+		t.Fatalf("after giving back %s (delivered %d), the next pull has %s delivered %d times; want it again, once", v, n, v2, n2)
+	} else {
+		_ = m.NakWithDelay(0) // now it is being retried
+	}
+	m, v, n = next()
+	if v != "a" || n != 2 {
+		t.Fatalf("the retry: %s delivered %d times, want a, 2", v, n)
+	}
+	g.giveBack(s, 0, m)
+	if m, v, n = next(); v != "a" || n != 3 {
+		t.Errorf("a retry given back came again as %s delivered %d times; want a, 3: Nak'ed, still counting", v, n)
+	}
+	_ = m.Ack()
+	m, v, _ = next()
+	s.bumpEpoch(0) // as a Seek does
+	g.giveBack(s, 0, m)
+	if _, v2, n2 := next(); v2 != v || n2 != 2 {
+		t.Errorf("a record fetched before a reset and given back came again as %s delivered %d times; want %s, 2: Nak'ed", v2, n2, v)
 	}
 }

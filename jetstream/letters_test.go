@@ -24,9 +24,15 @@ import (
 // broker under test, say), attaches to topic and returns group as that
 // engine sees it: the view of another process, which has only what the
 // server stored. Closed at cleanup.
-func rawGroup(t *testing.T, srv *Server, opts []Option, topic string, parts int, name string) *group {
+func rawGroup(t testing.TB, srv *Server, opts []Option, topic string, parts int, name string) *group {
 	t.Helper()
-	ee, err := srv.Engine(opts...).(*opener).Open(engine.Config{})
+	return rawGroupOf(t, srv.Engine(opts...), topic, parts, name)
+}
+
+// rawGroupOf is rawGroup on the engine opener o.
+func rawGroupOf(t testing.TB, o pubsub.Engine, topic string, parts int, name string) *group {
+	t.Helper()
+	ee, err := o.(*opener).Open(engine.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +300,7 @@ func TestDeadLetterTheServerRefusesIsDroppedAndReported(t *testing.T) {
 
 // fillDeadLetters stores n letters in g's dead-letter stream, as a worker
 // would, offsets from 0, fast: published asynchronously.
-func fillDeadLetters(t *testing.T, g *group, n int) {
+func fillDeadLetters(t testing.TB, g *group, n int) {
 	t.Helper()
 	subj := g.e.names.dlqSubject(g.t.name, g.name)
 	for i := range n {
