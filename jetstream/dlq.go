@@ -599,21 +599,13 @@ func (g *group) DeadLetters() []engine.DeadLetter {
 // ctx bounds it, and the request timeout each batch when ctx has no
 // deadline; when either ends first (or the server refuses) it returns
 // the letters it read, the newest, with an error saying how many of how
-// many. n < 0 is ErrInvalid. After Close it answers from what Close
-// read, with an error when that read was cut short.
+// many. n < 0 is ErrInvalid. Once Close began it fails with ErrClosed.
 func (g *group) LatestDeadLetters(ctx context.Context, n int) ([]engine.DeadLetter, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("%w: dead letters: n is %d", engine.ErrInvalid, n)
 	}
-	if s := g.snap.Load(); s != nil {
-		out := make([]engine.DeadLetter, 0, min(n, len(s.letters)))
-		for i := len(s.letters) - 1; i >= 0 && len(out) < n; i-- {
-			out = append(out, s.letters[i])
-		}
-		if s.lettersErr != nil && len(out) < n {
-			return out, fmt.Errorf("dead letters of group %q: Close could not read them all: %w", g.name, s.lettersErr)
-		}
-		return out, nil
+	if err := g.e.refuse("read dead letters"); err != nil {
+		return nil, err
 	}
 	if n == 0 {
 		return nil, nil
@@ -722,8 +714,27 @@ func (g *group) purgeLetters(ctx context.Context, before uint64) (int, error) {
 
 // discardedKey is the key, in the deal bucket, of how many dead letters
 // DiscardDeadLetters removed from the group, in any broker: Stats tells
-// them from letters the stream's limit evicted with it.
+// them from letters the stream's limit evicted with it. Its value is
+// "<the dead-letter stream's creation time>:<count>", so that a count
+// left by a deleted group of the same name is not taken for the new
+// one's.
 func (g *group) discardedKey() string { return g.e.names.memberPrefix(g.t.name, g.name) + "discarded" }
+
+// dlqCreated names the group's dead-letter stream by its creation time.
+func (g *group) dlqCreated() string {
+	return strconv.FormatInt(g.dlq.CachedInfo().Created.UnixNano(), 36)
+}
+
+// parseDiscarded reads a discardedKey value: the count, when it is the
+// current dead-letter stream's.
+func (g *group) parseDiscarded(v []byte) int64 {
+	created, count, ok := strings.Cut(string(v), ":")
+	if !ok || created != g.dlqCreated() {
+		return 0
+	}
+	n, _ := strconv.ParseInt(count, 10, 64)
+	return n
+}
 
 // countDiscarded adds n to the group's count of discarded letters
 // (compare-and-set, so brokers discarding at once add up). Bounded by the
@@ -731,15 +742,14 @@ func (g *group) discardedKey() string { return g.e.names.memberPrefix(g.t.name, 
 func (g *group) countDiscarded(ctx context.Context, n int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.e.cfg.requestTimeout)
 	defer cancel()
+	value := func(was int64) []byte { return []byte(g.dlqCreated() + ":" + strconv.FormatInt(was+int64(n), 10)) }
 	for range 10 {
-		var err error
 		e, err := g.e.deals.Get(ctx, g.discardedKey())
 		switch {
 		case errors.Is(err, natsjs.ErrKeyNotFound):
-			_, err = g.e.deals.Create(ctx, g.discardedKey(), []byte(strconv.Itoa(n)))
+			_, err = g.e.deals.Create(ctx, g.discardedKey(), value(0))
 		case err == nil:
-			was, _ := strconv.ParseInt(string(e.Value()), 10, 64)
-			_, err = g.e.deals.Update(ctx, g.discardedKey(), []byte(strconv.FormatInt(was+int64(n), 10)), e.Revision())
+			_, err = g.e.deals.Update(ctx, g.discardedKey(), value(g.parseDiscarded(e.Value())), e.Revision())
 		}
 		if err == nil || ctx.Err() != nil {
 			return
@@ -754,6 +764,5 @@ func (g *group) discarded(ctx context.Context) int64 {
 	if err != nil {
 		return 0
 	}
-	n, _ := strconv.ParseInt(string(e.Value()), 10, 64)
-	return n
+	return g.parseDiscarded(e.Value())
 }
