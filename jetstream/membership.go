@@ -273,7 +273,10 @@ func (g *group) exited(w *worker) {
 		// while the consumer is reset.
 		g.giveBack(w.s, epoch, giveBack)
 	}
-	if !keep && !w.crashed() {
+	// Not while the connection is down: the unpin would wait out the
+	// request timeout, and the worker's done with it (Leave and Close wait
+	// for that); the pin lapses by itself after MemberTTL.
+	if !keep && !w.crashed() && g.e.js.Conn().IsConnected() {
 		ctx, cancel := g.e.ctx()
 		_ = g.t.streams[w.s.p].UnpinConsumer(ctx, g.e.names.consumer(g.name, w.s.p), priorityGroup)
 		w.s.mu.Lock()

@@ -701,7 +701,7 @@ func (g *group) giveBack(s *slot, epoch uint64, msgs ...record) {
 
 // resetTo is giveBack's reset; false when it did not reset.
 func (g *group) resetTo(s *slot, epoch uint64, msgs []record) bool {
-	if g.e.handlerCtx.Err() != nil || g.e.nc != nil && g.e.nc.IsClosed() {
+	if g.e.handlerCtx.Err() != nil || !g.e.js.Conn().IsConnected() { // a Nak is buffered while reconnecting; requests would wait
 		return false
 	}
 	seqs := make([]uint64, len(msgs))
