@@ -280,6 +280,10 @@ func (g *group) storeLetter(ctx context.Context, msg record, d *engine.Delivery,
 // with Attempt+1) and the caller must not settle it.
 func (w *worker) deadLetter(msg record, d *engine.Delivery, herr error, id string) (stopped bool) {
 	g := w.g
+	if g.spec.DeadLetterLimit == engine.NoDeadLetters { // a letter is evicted as it comes
+		g.dropLetter(d, herr, nil, w.m.name, id)
+		return false
+	}
 	for try := 1; ; try++ {
 		ctx, cancel := g.e.ctx()
 		err := g.storeLetter(ctx, msg, d, herr, w.m.name, id)
@@ -326,16 +330,20 @@ func (w *worker) waitToStore(msg record, d *engine.Delivery, delay time.Duration
 }
 
 // dropLetter gives up storing the dead letter of d's record, which the
-// server refused: it is counted in DeadLettered and DeadLettersEvicted
-// (as a group whose dead-letter limit is 0 counts every letter) and
-// reported by EventDeadLetter with Count 1 (evicted) and an error that
-// wraps the handler's and says why the letter was not stored.
+// server refused (cause), or which a group that keeps no dead letters
+// (NoDeadLetters, cause nil) does not store: it is counted in DeadLettered
+// and DeadLettersEvicted and reported by EventDeadLetter with Count 1
+// (evicted) and, with a cause, an error that wraps the handler's and says
+// why the letter was not stored.
 func (g *group) dropLetter(d *engine.Delivery, herr, cause error, consumer, id string) {
 	g.forgetLetter(id)
 	g.deadLettered.Add(1)
 	g.dropped.Add(1)
 	if obs := g.e.obs; obs != nil {
-		err := &unstoredError{err: herr, cause: cause}
+		err := herr
+		if cause != nil {
+			err = &unstoredError{err: herr, cause: cause}
+		}
 		letter := engine.DeadLetter{Record: d.Record, ID: d.ID, Topic: g.t.name, Partition: d.Partition, Group: g.name,
 			Attempts: d.Attempt, Err: err, FailedAt: time.Now()}
 		obs.Observe(&engine.Event{Kind: engine.EventDeadLetter, Topic: g.t.name, Group: g.name, Consumer: consumer,

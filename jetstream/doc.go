@@ -81,7 +81,8 @@
 //	                                        survive failover (NakWithDelay for the backoff)
 //	dead letters, DeadLetters()           a stream per group, read newest first by batches (a
 //	                                        read cut short keeps the newest; LatestDeadLetters
-//	                                        says so with an error): they survive restarts. A
+//	                                        says so with an error): they survive restarts
+//	                                        (WithDeadLetterLimit(0) stores none, as in memory). A
 //	                                        letter too big for the server is stored smaller: its
 //	                                        error text cut to MaxErrorText, then without the
 //	                                        record's value (DeadLetter.Truncated; Redrive refuses

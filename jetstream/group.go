@@ -163,7 +163,7 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 		if _, err := spec.Retry.Resolve(); err != nil {
 			return nil, fmt.Errorf("group %q: %w", name, err)
 		}
-		if spec.DeadLetterLimit < 0 {
+		if spec.DeadLetterLimit < 0 && spec.DeadLetterLimit != engine.NoDeadLetters {
 			return nil, fmt.Errorf("%w: group %q: dead-letter limit %d", engine.ErrInvalid, name, spec.DeadLetterLimit)
 		}
 		if err := spec.Start.Validate(); err != nil {
@@ -208,7 +208,7 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 		Name:      e.names.dlqStream(t.name, name),
 		Subjects:  []string{e.names.dlqSubject(t.name, name)},
 		Retention: natsjs.LimitsPolicy,
-		MaxMsgs:   int64(g.spec.DeadLetterLimit),
+		MaxMsgs:   max(int64(g.spec.DeadLetterLimit), 1), // NoDeadLetters stores none (dlq.go), and -1 is no limit here
 		Discard:   natsjs.DiscardOld,
 		Storage:   t.streamConfig(0).Storage,
 		// Read by batches of direct gets (dlq.go).

@@ -442,3 +442,48 @@ func TestDiscardedLettersAreNotEvictions(t *testing.T) {
 		t.Errorf("discard with none left: %d, %v", n, err)
 	}
 }
+
+// TestNoDeadLettersKeepsNone: a group made with WithDeadLetterLimit(0)
+// stores no letter; each record given up on is counted in DeadLettered
+// and DeadLettersEvicted and raises OnDeadLetter (Evicted), as in memory.
+func TestNoDeadLettersKeepsNone(t *testing.T) {
+	hooks := &letterHooks{}
+	b := brokerOn(t, testServer.Engine(testOptions()...), pubsub.WithHooks(hooks))
+	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen calls
+	g, err := topic.Subscribe("g", "c1", pubsub.HandlerFunc[string](func(_ context.Context, m pubsub.Message[string]) error {
+		seen.add(m.Value)
+		if m.Value == "bad" {
+			return pubsub.ErrPermanent
+		}
+		return nil
+	}), pubsub.WithDeadLetterLimit(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, v := range []string{"bad", "next"} {
+		if _, err := topic.Publish(ctx, "k", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if seen.of("bad") != 1 || seen.of("next") != 1 {
+		t.Errorf("handled bad %d times and next %d times, want once each", seen.of("bad"), seen.of("next"))
+	}
+	if st := g.Stats(); st.DeadLettered != 1 || st.DeadLettersEvicted != 1 {
+		t.Errorf("stats %+v, want 1 dead-lettered and evicted", st)
+	}
+	if dl := g.DeadLetters(); len(dl) != 0 {
+		t.Errorf("%d dead letters stored, want none", len(dl))
+	}
+	if ev := hooks.all(); len(ev) != 1 || !ev[0].Evicted || !errors.Is(ev[0].Err, pubsub.ErrPermanent) {
+		t.Errorf("dead-letter events %+v, want one, evicted, with the handler's error", ev)
+	}
+}
