@@ -607,22 +607,28 @@ func (g *group) DeadLetters() []engine.DeadLetter {
 // ctx bounds it, and the request timeout each batch when ctx has no
 // deadline; when either ends first (or the server refuses) it returns
 // the letters it read, the newest, with an error saying how many of how
-// many. n < 0 is ErrInvalid. Once Close began it fails with ErrClosed.
+// many. n < 0 is ErrInvalid. It is a read, as DeadLetters is: after
+// Close it answers from the letters Close read (the newest, when that
+// read was cut short: then, when n asks for more, with an error wrapping
+// ErrClosed).
 func (g *group) LatestDeadLetters(ctx context.Context, n int) ([]engine.DeadLetter, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("%w: dead letters: n is %d", engine.ErrInvalid, n)
 	}
-	if err := g.e.refuse("read dead letters"); err != nil {
-		return nil, err
+	if s := g.snap.Load(); s != nil {
+		out := make([]engine.DeadLetter, 0, min(n, len(s.letters)))
+		for i := len(s.letters) - 1; i >= 0 && len(out) < n; i-- {
+			out = append(out, s.letters[i])
+		}
+		if s.lettersErr != nil && len(out) < n {
+			return out, fmt.Errorf("%w, and Close read only the newest %d dead letters (%v)", engine.ErrClosed, len(out), s.lettersErr)
+		}
+		return out, nil
 	}
 	if n == 0 {
 		return nil, nil
 	}
-	out, err := g.latest(ctx, n)
-	if err != nil {
-		return out, fmt.Errorf("dead letters of group %q: %w", g.name, err)
-	}
-	return out, nil
+	return g.latest(ctx, n)
 }
 
 // DiscardDeadLetters removes the dead letters match accepts, every one
@@ -652,7 +658,7 @@ func (g *group) DiscardDeadLetters(ctx context.Context, match func(*engine.DeadL
 			g.countDiscarded(ctx, n)
 		}
 		if err != nil {
-			err = g.e.ctxErr(ctx, fmt.Errorf("discard dead letters of group %q: removed %d, then: %w", g.name, n, err))
+			err = g.e.ctxErr(ctx, fmt.Errorf("removed %d dead letters, then: %w", n, err))
 		}
 	}()
 	var info *natsjs.StreamInfo

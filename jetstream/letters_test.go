@@ -487,3 +487,35 @@ func TestNoDeadLettersKeepsNone(t *testing.T) {
 		t.Errorf("dead-letter events %+v, want one, evicted, with the handler's error", ev)
 	}
 }
+
+// TestLatestDeadLettersAfterClose: a read, as DeadLetters is: after Close
+// it answers from the letters Close read.
+func TestLatestDeadLettersAfterClose(t *testing.T) {
+	opts := testOptions()
+	b := brokerOn(t, testServer.Engine(opts...))
+	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := topic.Subscribe("g", "c1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return pubsub.ErrPermanent }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, v := range []string{"a", "b", "c"} {
+		if _, err := topic.Publish(ctx, "k", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	latest, err := g.LatestDeadLetters(ctx, 2)
+	if err != nil || len(latest) != 2 || latest[0].Message.Value != "c" || latest[1].Message.Value != "b" {
+		t.Errorf("LatestDeadLetters(2) after Close: %d letters, %v; want c then b", len(latest), err)
+	}
+}

@@ -20,13 +20,16 @@ type groupSnap struct {
 	lag       int64
 	evicted   int64
 	letters   []engine.DeadLetter // oldest first; the newest, when the read was cut short
+	// lettersErr says why letters is short: the server did not answer in
+	// time.
+	lettersErr error
 }
 
 // takeSnap records the group's state for the reads after Close.
 func (g *group) takeSnap() {
 	s := &groupSnap{committed: make([]int64, g.t.parts), lag: g.Lag()}
 	ctx, cancel := g.e.ctx()
-	s.letters, _ = g.latest(ctx, math.MaxInt)
+	s.letters, s.lettersErr = g.latest(ctx, math.MaxInt)
 	cancel()
 	slices.Reverse(s.letters)
 	for p := range s.committed {
