@@ -79,13 +79,19 @@ func (w *worker) runBatches() {
 	epoch := s.epoch
 	s.mu.Unlock()
 	defer func() {
-		// Given back: they come again, counted as one more attempt (the
-		// server counts deliveries); after the failed record they wait
-		// behind, when there is one, so that it still goes first.
-		var delay time.Duration
-		if retry != 0 {
-			delay = time.Until(retryAt) + g.e.cfg.pollWait
+		// Given back, to come again at once with the same attempt
+		// (giveBack). When a failed record waits out its backoff they wait
+		// behind it, so that it still goes first: then they come again
+		// counted as one more attempt (the server counts deliveries).
+		if retry == 0 {
+			msgs := make([]record, len(buf))
+			for i, h := range buf {
+				msgs[i] = h.msg
+			}
+			g.giveBack(s, epoch, msgs...)
+			return
 		}
+		delay := time.Until(retryAt) + g.e.cfg.pollWait
 		for _, h := range buf {
 			if delay > 0 {
 				_ = h.msg.NakWithDelay(delay)

@@ -7,6 +7,8 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // BenchmarkPublishConsume publishes b.N records of 64 bytes in batches of
@@ -63,4 +65,75 @@ func benchPublishConsume(b *testing.B, kind string, storage Storage, parts int) 
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkDeadLetterReads reads a group's 20,000 dead letters: the
+// newest 20 (LatestDeadLetters: batches from the last backwards), all of
+// them (DeadLetters), and, for comparison, all of them one request per
+// letter, oldest first, as DeadLetters read them before (getLetters, now
+// the fallback for a stream without direct gets); over an in-process
+// connection (conn=inproc) and over loopback TCP (conn=tcp), as another
+// process reads them.
+//
+//	go test -run '^$' -bench DeadLetterReads -count 6 .
+func BenchmarkDeadLetterReads(b *testing.B) {
+	const n = 20000
+	opts := testOptions()
+	br := brokerOn(b, testServer.Engine(opts...))
+	topic, err := pubsub.NewTopic(br, "orders", codec.String(), codec.String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := topic.Subscribe("g", "c1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil }),
+		pubsub.WithDeadLetterLimit(n)); err != nil {
+		b.Fatal(err)
+	}
+	fillDeadLetters(b, rawGroup(b, testServer, opts, "orders", 1, "g"), n)
+	nc, err := nats.Connect(testServer.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, conn := range []string{"inproc", "tcp"} {
+		g := rawGroup(b, testServer, opts, "orders", 1, "g")
+		if conn == "tcp" {
+			g = rawGroupOf(b, New(js, opts...), "orders", 1, "g")
+		}
+		b.Run("conn="+conn, func(b *testing.B) { benchDeadLetterReads(b, g, n) })
+	}
+}
+
+func benchDeadLetterReads(b *testing.B, g *group, n int) {
+	ctx := context.Background()
+	b.Run("read=newest20", func(b *testing.B) {
+		for b.Loop() {
+			if ls, err := g.LatestDeadLetters(ctx, 20); err != nil || len(ls) != 20 {
+				b.Fatal(len(ls), err)
+			}
+		}
+	})
+	b.Run("read=all", func(b *testing.B) {
+		for b.Loop() {
+			if ls := g.DeadLetters(); len(ls) != n {
+				b.Fatal(len(ls))
+			}
+		}
+	})
+	b.Run("read=all-one-by-one", func(b *testing.B) {
+		for b.Loop() {
+			read := 0
+			err := g.getLetters(ctx, 1, uint64(n), func(m *natsjs.RawStreamMsg) bool {
+				_ = g.letter(m)
+				read++
+				return true
+			})
+			if err != nil || read != n {
+				b.Fatal(read, err)
+			}
+		}
+	})
 }

@@ -1,15 +1,47 @@
 package jetstream
 
+// Dead letters: each group's dead-letter stream, how a letter is made to
+// fit on the server and stored, and how letters are read back and
+// discarded.
+
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/logbus/logbus/internal/engine"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+var (
+	_ engine.DeadLetterReader    = (*group)(nil)
+	_ engine.DeadLetterDiscarder = (*group)(nil)
+)
+
+// The headers of a dead letter, besides the record's own (recordHeaders).
+const (
+	hdrID        = "Lb-Id"
+	hdrPartition = "Lb-Partition"
+	hdrOffset    = "Lb-Offset"
+	hdrCreated   = "Lb-Created"
+	hdrAttempts  = "Lb-Attempts"
+	hdrError     = "Lb-Error"
+	hdrErrorKind = "Lb-Error-Kind"
+	hdrFailedAt  = "Lb-Failed-At"
+	// hdrTruncated says what a letter left out to fit on the server:
+	// "value", or "record" (the value, the key and the headers);
+	// hdrValueSize is then the value's length.
+	hdrTruncated = "Lb-Truncated"
+	hdrValueSize = "Lb-Value-Size"
 )
 
 // The kinds of error a dead letter records, so that one read back by
@@ -40,6 +72,26 @@ func oneLine(s string) string {
 	return strings.NewReplacer("\r", `\r`, "\n", `\n`).Replace(s)
 }
 
+// MaxErrorText is how much of a dead letter's error text this engine
+// stores, in bytes: a longer text is cut (at a character boundary) and
+// ends with how many bytes were cut. It travels in a header, and the
+// server refuses messages whose headers pass 64 KiB. The broker that made
+// a letter keeps its whole error, for its own reads, until it closes.
+const MaxErrorText = 4 << 10
+
+// cutText cuts s to at most limit bytes, saying so at its end.
+func cutText(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	note := fmt.Sprintf(" [%d bytes cut]", len(s))
+	cut := max(limit-len(note), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf(" [%d bytes cut]", len(s)-cut)
+}
+
 // storedError is a dead letter's error read back from the server: its
 // text, wrapping ErrPermanent when the original did.
 type storedError struct {
@@ -56,36 +108,289 @@ func (e *storedError) Unwrap() error {
 	return nil
 }
 
-// DeadLetters reads the group's dead-letter stream, oldest first, bounded
-// by the request timeout (what it could not read is left out). Letters
-// this process made carry their original error; others an error with the
-// same text that matches the same sentinels: a *pubsub.DecodeError, an
-// *engine.PanicError (its Value the panic's text, no stack) or an error
-// wrapping ErrPermanent.
-func (g *group) DeadLetters() []engine.DeadLetter {
-	if s := g.snap.Load(); s != nil {
-		return slices.Clone(s.letters)
+// unstoredError is how a dead letter the server would not store is
+// reported (EventDeadLetter): the handler's error, which it wraps, and
+// why the letter was not stored.
+type unstoredError struct{ err, cause error }
+
+func (e *unstoredError) Error() string {
+	return e.err.Error() + " (the dead letter could not be stored, and was dropped: " + e.cause.Error() + ")"
+}
+
+func (e *unstoredError) Unwrap() error { return e.err }
+
+// letterShape is what a dead letter keeps of its record.
+type letterShape int8
+
+const (
+	wholeRecord letterShape = iota // value, key and headers
+	noValue                        // key and headers
+	noRecord                       // neither: the letter's own headers only
+)
+
+// letterSlack is kept free under the server's limits when a letter is
+// shaped: Redrive's copy of a letter has a longer message ID.
+const letterSlack = 64
+
+// maxHeaderLen is the server's bound on a message's headers.
+const maxHeaderLen = 64<<10 - 1
+
+// letterID names the dead letter of d: the record's ID, its delivery's
+// consumer sequence and the time, so that a retried store of one letter
+// is stored once (the server's duplicate window) and a record dead-
+// lettered again later (after a Replay, or a redrive) is a letter of its
+// own.
+func letterID(d *engine.Delivery, md *natsjs.MsgMetadata) string {
+	var cseq uint64
+	if md != nil {
+		cseq = md.Sequence.Consumer
+	}
+	return d.ID + "-" + strconv.FormatUint(cseq, 10) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
+
+// letterMsg is the dead letter of d's record, from msg, keeping what
+// shape says.
+func (g *group) letterMsg(msg record, d *engine.Delivery, herr error, failedAt time.Time, shape letterShape) *nats.Msg {
+	dl := nats.NewMsg(g.e.names.dlqSubject(g.t.name, g.name))
+	if shape == wholeRecord {
+		dl.Data = msg.Data()
+	}
+	if shape != noRecord {
+		for _, h := range recordHeaders {
+			if v, ok := msg.Headers()[h]; ok {
+				dl.Header[h] = v
+			}
+		}
+	}
+	dl.Header.Set(hdrID, d.ID)
+	dl.Header.Set(hdrPartition, strconv.Itoa(d.Partition))
+	dl.Header.Set(hdrOffset, strconv.FormatInt(d.Record.Offset, 10))
+	dl.Header.Set(hdrCreated, d.Record.Created.Format(time.RFC3339Nano))
+	dl.Header.Set(hdrAttempts, strconv.Itoa(d.Attempt))
+	dl.Header.Set(hdrError, cutText(oneLine(herr.Error()), MaxErrorText))
+	dl.Header.Set(hdrErrorKind, errorKind(herr))
+	dl.Header.Set(hdrFailedAt, failedAt.Format(time.RFC3339Nano))
+	switch shape {
+	case noValue:
+		dl.Header.Set(hdrTruncated, "value")
+	case noRecord:
+		dl.Header.Set(hdrTruncated, "record")
+	}
+	if shape != wholeRecord {
+		dl.Header.Set(hdrValueSize, strconv.Itoa(len(msg.Data())))
+	}
+	return dl
+}
+
+// fits reports whether dl, published under message ID id, is within the
+// server's limits as this client knows them (its max_payload, 64 KiB of
+// headers), with letterSlack to spare.
+func (g *group) fits(dl *nats.Msg, id string) bool {
+	h := headerLen(dl.Header) + len(natsjs.MsgIDHeader) + len(": \r\n") + len(id) + letterSlack
+	limit := g.e.js.Conn().MaxPayload()
+	return h <= maxHeaderLen && (limit <= 0 || int64(h+len(dl.Data)) <= limit)
+}
+
+// tooBig reports a publish refused for its size, by the client or the
+// server.
+func tooBig(err error) bool {
+	var apiErr *natsjs.APIError
+	return errors.Is(err, nats.ErrMaxPayload) || errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == natsjs.JSErrCodeStreamMessageExceedsMaximum || apiErr.ErrorCode == 10097) // header size exceeds maximum
+}
+
+// refused reports an error with which the server, or the client on its
+// behalf, turned a request down: trying again as it is will not help.
+// Anything else (a timeout, no responders, a lost connection, a 503) says
+// the server could not be asked.
+func refused(err error) bool {
+	var apiErr *natsjs.APIError
+	return tooBig(err) || errors.Is(err, nats.ErrBadHeaderMsg) || errors.Is(err, nats.ErrBadSubject) ||
+		errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500
+}
+
+// storeLetter stores the dead letter of d's record in the group's
+// dead-letter stream, under message ID id (so a retried store is stored
+// once), counts it and reports it. The letter is shaped to fit on the
+// server: its error text cut to MaxErrorText; without the record's value
+// when the whole would pass the server's max_payload; also without its key
+// and headers when the headers alone would pass 64 KiB (Truncated). A
+// store the server refuses for its size is tried again at once in the
+// next shape.
+func (g *group) storeLetter(ctx context.Context, msg record, d *engine.Delivery, herr error, consumer, id string) error {
+	now := time.Now()
+	shape := wholeRecord
+	dl := g.letterMsg(msg, d, herr, now, shape)
+	for shape < noRecord && !g.fits(dl, id) {
+		shape++
+		dl = g.letterMsg(msg, d, herr, now, shape)
+	}
+	evicted := false
+	g.mu.Lock()
+	if _, ok := g.letters[id]; !ok {
+		g.lettersQ = append(g.lettersQ, id)
+		if len(g.lettersQ) > g.spec.DeadLetterLimit { // the stream evicted that one too
+			delete(g.letters, g.lettersQ[0])
+			g.lettersQ = g.lettersQ[1:]
+			evicted = true
+		}
+	}
+	g.letters[id] = herr
+	g.mu.Unlock()
+	for {
+		_, err := g.e.js.PublishMsg(ctx, dl, natsjs.WithMsgID(id))
+		if err == nil {
+			break
+		}
+		if !tooBig(err) || shape == noRecord {
+			return err
+		}
+		shape++
+		dl = g.letterMsg(msg, d, herr, now, shape)
+	}
+	g.deadLettered.Add(1) // before the Term, which Drain may see at once
+	if obs := g.e.obs; obs != nil {
+		// Before the Term too, so that whoever sees the commit (Drain) has
+		// seen the event.
+		letter := engine.DeadLetter{Record: d.Record, ID: d.ID, Topic: g.t.name, Partition: d.Partition, Group: g.name,
+			Attempts: d.Attempt, Err: herr, FailedAt: now, Truncated: shape != wholeRecord}
+		if letter.Truncated {
+			letter.ValueSize = len(msg.Data())
+		}
+		ev := &engine.Event{Kind: engine.EventDeadLetter, Topic: g.t.name, Group: g.name, Consumer: consumer,
+			Partition: d.Partition, Offset: d.Record.Offset, Attempt: d.Attempt, ID: d.ID, Letter: &letter, Err: herr}
+		if evicted {
+			ev.Count = 1
+		}
+		obs.Observe(ev)
+	}
+	return nil
+}
+
+// deadLetter stores the dead letter of d's record (storeLetter), for a
+// worker that gave up on it; the caller then settles the record. When the
+// server refuses the letter, it is tried again after the group's retry
+// backoff, the handler not called again, the record kept alive, up to
+// MaxAttempts tries in all; then it is dropped (dropLetter), and the
+// record settled all the same. When the server cannot be asked (no
+// answer, no connection), it is tried again, backing off the same way,
+// for as long as it takes. Meanwhile Snapshot shows the partition
+// Retrying. deadLetter reports whether the worker stopped first: the
+// record is then given back unsettled (the next owner delivers it again,
+// with Attempt+1) and the caller must not settle it.
+func (w *worker) deadLetter(msg record, d *engine.Delivery, herr error, id string) (stopped bool) {
+	g := w.g
+	if g.spec.DeadLetterLimit == engine.NoDeadLetters { // a letter is evicted as it comes
+		g.dropLetter(d, herr, nil, w.m.name, id)
+		return false
+	}
+	for try := 1; ; try++ {
+		ctx, cancel := g.e.ctx()
+		err := g.storeLetter(ctx, msg, d, herr, w.m.name, id)
+		cancel()
+		switch {
+		case err == nil:
+			return false
+		case refused(err) && try >= g.spec.Retry.MaxAttempts:
+			g.dropLetter(d, herr, err, w.m.name, id)
+			return false
+		}
+		if !w.waitToStore(msg, d, g.spec.Retry.Delay(try)) {
+			g.forgetLetter(id)
+			_ = msg.Nak()
+			return true
+		}
+	}
+}
+
+// waitToStore waits out delay before a dead letter's next store, keeping
+// msg alive on the server; false when the worker stopped (or Close gave
+// up) first.
+func (w *worker) waitToStore(msg record, d *engine.Delivery, delay time.Duration) bool {
+	s := w.s
+	s.mu.Lock()
+	s.retrying, s.attempt = true, d.Attempt
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.retrying = false
+		s.mu.Unlock()
+	}()
+	stopKeep := w.keepAlive(msg)
+	defer stopKeep()
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.stop:
+	case <-w.g.e.handlerCtx.Done():
+	}
+	return false
+}
+
+// dropLetter gives up storing the dead letter of d's record, which the
+// server refused (cause), or which a group that keeps no dead letters
+// (NoDeadLetters, cause nil) does not store: it is counted in DeadLettered
+// and DeadLettersEvicted and reported by EventDeadLetter with Count 1
+// (evicted) and, with a cause, an error that wraps the handler's and says
+// why the letter was not stored.
+func (g *group) dropLetter(d *engine.Delivery, herr, cause error, consumer, id string) {
+	g.forgetLetter(id)
+	g.deadLettered.Add(1)
+	g.dropped.Add(1)
+	if obs := g.e.obs; obs != nil {
+		err := herr
+		if cause != nil {
+			err = &unstoredError{err: herr, cause: cause}
+		}
+		letter := engine.DeadLetter{Record: d.Record, ID: d.ID, Topic: g.t.name, Partition: d.Partition, Group: g.name,
+			Attempts: d.Attempt, Err: err, FailedAt: time.Now()}
+		obs.Observe(&engine.Event{Kind: engine.EventDeadLetter, Topic: g.t.name, Group: g.name, Consumer: consumer,
+			Partition: d.Partition, Offset: d.Record.Offset, Attempt: d.Attempt, ID: d.ID, Letter: &letter, Err: err, Count: 1})
+	}
+}
+
+// terminate tells the server a dead-lettered record is done with (a
+// Term), and waits until the ack floor passes it: a Term has no
+// confirmation, and Committed and Drain must see the dead letter settled
+// when the handler's caller does.
+func (g *group) terminate(msg record, d *engine.Delivery, md *natsjs.MsgMetadata) {
+	if err := msg.TermWithReason("logbus: dead-lettered"); err != nil || md == nil {
+		return
 	}
 	ctx, cancel := g.e.ctx()
 	defer cancel()
-	info, err := g.dlq.Info(ctx)
-	if err != nil || info.State.Msgs == 0 {
-		return nil
-	}
-	out := make([]engine.DeadLetter, 0, info.State.Msgs)
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		m, err := g.dlq.GetMsg(ctx, seq)
-		if errors.Is(err, natsjs.ErrMsgNotFound) {
-			continue
+	for {
+		info, err := g.consumers[d.Partition].Info(ctx)
+		if err != nil || info.AckFloor.Stream >= md.Sequence.Stream {
+			return
 		}
-		if err != nil {
-			break
+		t := time.NewTimer(2 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
 		}
-		out = append(out, g.letter(m))
 	}
-	return out
 }
 
+// forgetLetter drops what this process kept of a dead letter that left
+// the stream (or never reached it), so that its eviction count stays true.
+func (g *group) forgetLetter(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.letters[id]; !ok {
+		return
+	}
+	delete(g.letters, id)
+	if i := slices.Index(g.lettersQ, id); i >= 0 {
+		g.lettersQ = slices.Delete(g.lettersQ, i, i+1)
+	}
+}
+
+// letter is the dead letter m of the group's dead-letter stream.
 func (g *group) letter(m *natsjs.RawStreamMsg) engine.DeadLetter {
 	h := m.Header
 	offset, _ := strconv.ParseInt(h.Get(hdrOffset), 10, 64)
@@ -99,8 +404,12 @@ func (g *group) letter(m *natsjs.RawStreamMsg) engine.DeadLetter {
 	failedAt, _ := time.Parse(time.RFC3339Nano, h.Get(hdrFailedAt))
 	dl := engine.DeadLetter{Record: rec, ID: h.Get(hdrID), Topic: g.t.name, Partition: partition, Group: g.name,
 		Attempts: attempts, FailedAt: failedAt}
+	if h.Get(hdrTruncated) != "" {
+		dl.Truncated = true
+		dl.ValueSize, _ = strconv.Atoi(h.Get(hdrValueSize))
+	}
 	g.mu.Lock()
-	dl.Err = g.letters[h.Get("Nats-Msg-Id")]
+	dl.Err = g.letters[h.Get(natsjs.MsgIDHeader)]
 	g.mu.Unlock()
 	if dl.Err == nil {
 		text := h.Get(hdrError)
@@ -114,4 +423,360 @@ func (g *group) letter(m *natsjs.RawStreamMsg) engine.DeadLetter {
 		}
 	}
 	return dl
+}
+
+// Reading the dead-letter stream: by batches of the server's direct gets
+// (the stream allows them), each one request answered by up to
+// letterBatch letters, at most letterBatchBytes of them, then an
+// end-of-batch status. The newest letters are read first, a batch at a
+// time from the last sequence backwards, so a read cut short has the
+// newest.
+const (
+	letterBatch      = 512
+	letterBatchBytes = 4 << 20
+)
+
+// directGet is the server's direct-get request, for a batch.
+type directGet struct {
+	Seq      uint64 `json:"seq"`
+	Batch    int    `json:"batch"`
+	MaxBytes int    `json:"max_bytes,omitempty"`
+}
+
+// errNoDirect is a dead-letter stream that does not answer direct gets
+// (made by an earlier version, and not yet updated by this one).
+var errNoDirect = errors.New("the dead-letter stream does not allow direct gets")
+
+// bounded runs f with ctx bounded by the request timeout when it has no
+// deadline of its own.
+func (g *group) bounded(ctx context.Context, f func(context.Context) error) error {
+	if _, ok := ctx.Deadline(); ok {
+		return f(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.e.cfg.requestTimeout)
+	defer cancel()
+	return f(ctx)
+}
+
+// scanLetters reads the dead letters with sequences from..to, oldest
+// first, and calls yield for each until it returns false. Each batch is
+// bounded by ctx, and by the request timeout when ctx has no deadline.
+// It returns an error when the server did not answer in time or refused.
+func (g *group) scanLetters(ctx context.Context, from, to uint64, yield func(*natsjs.RawStreamMsg) bool) error {
+	nc := g.e.js.Conn()
+	// A synchronous subscription buffers a whole batch (up to 64 MiB and
+	// its max_bytes is 4) while yield runs: a channel's would drop what
+	// does not fit.
+	sub, err := nc.SubscribeSync(nc.NewInbox())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	subj := apiPrefix(g.e.js) + "DIRECT.GET." + g.e.names.dlqStream(g.t.name, g.name)
+	for from <= to {
+		req, _ := json.Marshal(directGet{Seq: from, Batch: int(min(to-from+1, letterBatch)), MaxBytes: letterBatchBytes})
+		last, done := uint64(0), false
+		err := g.bounded(ctx, func(ctx context.Context) error {
+			if err := nc.PublishRequest(subj, sub.Subject, req); err != nil {
+				return err
+			}
+			for {
+				m, err := sub.NextMsgWithContext(ctx)
+				if err != nil {
+					return err
+				}
+				if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+					switch status := m.Header.Get("Status"); status {
+					case "204": // the end of the batch
+						return nil
+					case "404": // nothing from `from` on
+						done = true
+						return nil
+					case "503":
+						return errNoDirect
+					default:
+						return fmt.Errorf("direct get: %s %s", status, m.Header.Get("Description"))
+					}
+				}
+				seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+				if err != nil || seq > to || done {
+					done = true // past to: the rest of the batch is read, not used
+					continue
+				}
+				last = seq
+				raw := &natsjs.RawStreamMsg{Subject: m.Header.Get("Nats-Subject"), Sequence: seq, Header: m.Header, Data: m.Data}
+				raw.Time, _ = time.Parse(time.RFC3339Nano, m.Header.Get("Nats-Time-Stamp"))
+				if !yield(raw) {
+					done = true
+					return nil
+				}
+			}
+		})
+		if errors.Is(err, errNoDirect) {
+			return g.getLetters(ctx, from, to, yield)
+		}
+		if err != nil {
+			return err
+		}
+		if done || last < from { // nothing more, or no progress
+			return nil
+		}
+		from = last + 1
+	}
+	return nil
+}
+
+// getLetters is scanLetters one request per letter, for a stream that
+// does not allow direct gets.
+func (g *group) getLetters(ctx context.Context, from, to uint64, yield func(*natsjs.RawStreamMsg) bool) error {
+	for seq := from; seq <= to; seq++ {
+		var m *natsjs.RawStreamMsg
+		err := g.bounded(ctx, func(ctx context.Context) (err error) { m, err = g.dlq.GetMsg(ctx, seq); return err })
+		if errors.Is(err, natsjs.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !yield(m) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// latest reads the group's newest n dead letters from the server, newest
+// first: a batch at a time from the last sequence backwards. With an
+// error it returns those it read.
+func (g *group) latest(ctx context.Context, n int) ([]engine.DeadLetter, error) {
+	var info *natsjs.StreamInfo
+	if err := g.bounded(ctx, func(ctx context.Context) (err error) { info, err = g.dlq.Info(ctx); return err }); err != nil {
+		return nil, g.e.ctxErr(ctx, fmt.Errorf("dead-letter stream: %w", err))
+	}
+	first, hi := max(info.State.FirstSeq, 1), info.State.LastSeq
+	n = min(n, int(info.State.Msgs))
+	out := make([]engine.DeadLetter, 0, n)
+	var chunk []engine.DeadLetter
+	for len(out) < n && hi >= first {
+		want := n - len(out)
+		lo := first
+		if hi-first >= uint64(want) {
+			lo = hi - uint64(want) + 1
+		}
+		chunk = chunk[:0]
+		err := g.scanLetters(ctx, lo, hi, func(m *natsjs.RawStreamMsg) bool {
+			chunk = append(chunk, g.letter(m))
+			return true
+		})
+		// The chunk is oldest first; letters removed meanwhile leave it
+		// short, and the next chunk, further back, makes up for them.
+		for i := len(chunk) - 1; i >= 0 && len(out) < n; i-- {
+			out = append(out, chunk[i])
+		}
+		if err != nil {
+			return out, g.e.ctxErr(ctx, fmt.Errorf("read %d of the newest %d dead letters: %w", len(out), n, err))
+		}
+		hi = lo - 1
+	}
+	return out, nil
+}
+
+// DeadLetters reads the group's dead letters from the server, newest
+// first by batches, and returns them oldest first, bounded by the request
+// timeout. A read cut short (the server did not answer in time) returns
+// the newest letters it read: fewer than GroupSnapshot.DeadLetters, the
+// server's count, and LatestDeadLetters says why. Letters this process
+// made carry their original error; others an error with the same text
+// that matches the same sentinels: a *pubsub.DecodeError, an
+// *engine.PanicError (its Value the panic's text, no stack) or an error
+// wrapping ErrPermanent. After Close it answers from what Close read.
+func (g *group) DeadLetters() []engine.DeadLetter {
+	if s := g.snap.Load(); s != nil {
+		return slices.Clone(s.letters)
+	}
+	ctx, cancel := g.e.ctx()
+	defer cancel()
+	letters, _ := g.latest(ctx, math.MaxInt)
+	slices.Reverse(letters)
+	return letters
+}
+
+// LatestDeadLetters returns the group's newest n dead letters, newest
+// first (engine.DeadLetterReader), reading them from the last backwards
+// by batches: its cost is in n, not in how many letters the group holds.
+// ctx bounds it, and the request timeout each batch when ctx has no
+// deadline; when either ends first (or the server refuses) it returns
+// the letters it read, the newest, with an error saying how many of how
+// many. n < 0 is ErrInvalid. It is a read, as DeadLetters is: after
+// Close it answers from the letters Close read (the newest, when that
+// read was cut short: then, when n asks for more, with an error wrapping
+// ErrClosed).
+func (g *group) LatestDeadLetters(ctx context.Context, n int) ([]engine.DeadLetter, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("%w: dead letters: n is %d", engine.ErrInvalid, n)
+	}
+	if s := g.snap.Load(); s != nil {
+		out := make([]engine.DeadLetter, 0, min(n, len(s.letters)))
+		for i := len(s.letters) - 1; i >= 0 && len(out) < n; i-- {
+			out = append(out, s.letters[i])
+		}
+		if s.lettersErr != nil && len(out) < n {
+			return out, fmt.Errorf("%w, and Close read only the newest %d dead letters (%v)", engine.ErrClosed, len(out), s.lettersErr)
+		}
+		return out, nil
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	return g.latest(ctx, n)
+}
+
+// DiscardDeadLetters removes the dead letters match accepts, every one
+// when match is nil, and returns how many it removed
+// (engine.DeadLetterDiscarder). With nil it purges the dead-letter
+// stream up to its last letter when called, in one request (letters
+// stored meanwhile stay); otherwise it reads the letters, oldest first by
+// batches, calls match on each (on the caller's goroutine, under no lock)
+// and deletes the ones it accepts, one request each. ctx bounds it, and
+// the request timeout each request when ctx has no deadline; when either
+// ends, the letters removed so far stay removed, are counted, and the
+// error says so. Removed letters are not counted in DeadLettersEvicted:
+// the group's count of them is kept on the server, in the deal bucket.
+// After Close began it fails with ErrClosed.
+func (g *group) DiscardDeadLetters(ctx context.Context, match func(*engine.DeadLetter) bool) (n int, err error) {
+	if err := g.e.refuse("discard dead letters"); err != nil {
+		return 0, err
+	}
+	g.mu.Lock()
+	closed := g.closed
+	g.mu.Unlock()
+	if closed {
+		return 0, fmt.Errorf("discard dead letters: %w", engine.ErrClosed)
+	}
+	defer func() {
+		if n > 0 {
+			g.countDiscarded(ctx, n)
+		}
+		if err != nil {
+			err = g.e.ctxErr(ctx, fmt.Errorf("removed %d dead letters, then: %w", n, err))
+		}
+	}()
+	var info *natsjs.StreamInfo
+	if err := g.bounded(ctx, func(ctx context.Context) (err error) { info, err = g.dlq.Info(ctx); return err }); err != nil {
+		return 0, err
+	}
+	last := info.State.LastSeq
+	if info.State.Msgs == 0 {
+		return 0, nil
+	}
+	if match == nil {
+		purged, err := g.purgeLetters(ctx, last+1)
+		if err == nil {
+			g.mu.Lock()
+			clear(g.letters)
+			g.lettersQ = nil
+			g.mu.Unlock()
+		}
+		return purged, err
+	}
+	var delErr error
+	err = g.scanLetters(ctx, info.State.FirstSeq, last, func(m *natsjs.RawStreamMsg) bool {
+		l := g.letter(m)
+		if !match(&l) {
+			return true
+		}
+		delErr = g.bounded(ctx, func(ctx context.Context) error { return g.dlq.DeleteMsg(ctx, m.Sequence) })
+		switch {
+		case delErr == nil:
+			n++
+			g.forgetLetter(m.Header.Get(natsjs.MsgIDHeader))
+		case errors.Is(delErr, natsjs.ErrMsgNotFound): // taken meanwhile (a Redrive, another discard)
+			delErr = nil
+		default:
+			return false
+		}
+		return true
+	})
+	return n, errors.Join(err, delErr)
+}
+
+// purgeLetters removes every dead letter below sequence before, and
+// returns how many the server removed.
+func (g *group) purgeLetters(ctx context.Context, before uint64) (int, error) {
+	req, _ := json.Marshal(struct {
+		Seq uint64 `json:"seq"`
+	}{before})
+	var resp struct {
+		Purged uint64 `json:"purged"`
+		Error  *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	err := g.bounded(ctx, func(ctx context.Context) error {
+		m, err := g.e.js.Conn().RequestWithContext(ctx, apiPrefix(g.e.js)+"STREAM.PURGE."+g.e.names.dlqStream(g.t.name, g.name), req)
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(m.Data, &resp)
+	})
+	if err == nil && resp.Error != nil {
+		err = fmt.Errorf("purge: %d %s", resp.Error.Code, resp.Error.Description)
+	}
+	return int(resp.Purged), err
+}
+
+// discardedKey is the key, in the deal bucket, of how many dead letters
+// DiscardDeadLetters removed from the group, in any broker: Stats tells
+// them from letters the stream's limit evicted with it. Its value is
+// "<the dead-letter stream's creation time>:<count>", so that a count
+// left by a deleted group of the same name is not taken for the new
+// one's.
+func (g *group) discardedKey() string { return g.e.names.memberPrefix(g.t.name, g.name) + "discarded" }
+
+// dlqCreated names the group's dead-letter stream by its creation time.
+func (g *group) dlqCreated() string {
+	return strconv.FormatInt(g.dlq.CachedInfo().Created.UnixNano(), 36)
+}
+
+// parseDiscarded reads a discardedKey value: the count, when it is the
+// current dead-letter stream's.
+func (g *group) parseDiscarded(v []byte) int64 {
+	created, count, ok := strings.Cut(string(v), ":")
+	if !ok || created != g.dlqCreated() {
+		return 0
+	}
+	n, _ := strconv.ParseInt(count, 10, 64)
+	return n
+}
+
+// countDiscarded adds n to the group's count of discarded letters
+// (compare-and-set, so brokers discarding at once add up). Bounded by the
+// request timeout; the count misses n if the server cannot be asked.
+func (g *group) countDiscarded(ctx context.Context, n int) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.e.cfg.requestTimeout)
+	defer cancel()
+	value := func(was int64) []byte { return []byte(g.dlqCreated() + ":" + strconv.FormatInt(was+int64(n), 10)) }
+	for range 10 {
+		e, err := g.e.deals.Get(ctx, g.discardedKey())
+		switch {
+		case errors.Is(err, natsjs.ErrKeyNotFound):
+			_, err = g.e.deals.Create(ctx, g.discardedKey(), value(0))
+		case err == nil:
+			_, err = g.e.deals.Update(ctx, g.discardedKey(), value(g.parseDiscarded(e.Value())), e.Revision())
+		}
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// discarded reads the group's count of discarded letters: 0 when there
+// is none, or the server cannot be asked.
+func (g *group) discarded(ctx context.Context) int64 {
+	e, err := g.e.deals.Get(ctx, g.discardedKey())
+	if err != nil {
+		return 0
+	}
+	return g.parseDiscarded(e.Value())
 }

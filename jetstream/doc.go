@@ -61,19 +61,38 @@
 //	                                        Records fetched but not yet handed over when the
 //	                                        partition moves are delivered by the stopping
 //	                                        worker when it goes to another broker (or at Close),
-//	                                        and come again with Attempt+1 when it goes to
-//	                                        another member of this one. MaxWait tops a batch
-//	                                        up by further pulls
+//	                                        and otherwise given back unsettled, with the same
+//	                                        Attempt (see rebalance). MaxWait tops a batch up by
+//	                                        further pulls
 //	every group sees every record         exact (a durable consumer per group and partition)
 //	one consumer per partition in a       pinned-client priority group as the fence; a sticky
 //	  group, balanced                       deal over the live members (a KV bucket with TTL),
 //	                                        stored on the server so every broker deals alike
-//	rebalance without redelivery          on clean joins and leaves; after a crash the one
+//	rebalance without redelivery          on clean joins and leaves: a record a stopping
+//	                                        worker had pulled but not delivered goes to the next
+//	                                        local owner, or back to the server as never delivered
+//	                                        (the consumer reset to it), so the next owner in any
+//	                                        broker delivers it within its poll wait, Attempt 1
+//	                                        (a record being retried is Nak'ed instead, and comes
+//	                                        with Attempt+1); after a crash the one
 //	                                        record in flight comes again after AckWait, Attempt+1
 //	failure detection                     seconds (member TTL, AckWait), not microseconds
 //	retries, backoff, MaxAttempts         exact; attempts counted by the server, so they
 //	                                        survive failover (NakWithDelay for the backoff)
-//	dead letters, DeadLetters()           a stream per group: they survive restarts; errors
+//	dead letters, DeadLetters()           a stream per group, read newest first by batches (a
+//	                                        read cut short keeps the newest; LatestDeadLetters
+//	                                        says so with an error): they survive restarts
+//	                                        (WithDeadLetterLimit(0) stores none, as in memory). A
+//	                                        letter too big for the server is stored smaller: its
+//	                                        error text cut to MaxErrorText, then without the
+//	                                        record's value (DeadLetter.Truncated; Redrive refuses
+//	                                        it). One the server refuses even so is tried
+//	                                        MaxAttempts times, the handler not run again, then
+//	                                        dropped: counted in DeadLettered and
+//	                                        DeadLettersEvicted, reported (OnDeadLetter, Evicted,
+//	                                        logged), and the partition moves on; one the server
+//	                                        cannot be asked to store is tried until it can
+//	                                        (Snapshot: Retrying). Errors
 //	                                        read back match the same sentinels, with the text only
 //	Group.Redrive                         a redrive stream per group (work queue, a subject and a
 //	                                        pinned consumer per partition): a letter leaves the
@@ -119,8 +138,12 @@
 //	counters                              Reclaimed, Dropped (with MaxAge), Blocked, TimedOut,
 //	                                        Delivered, Retried, DeadLettered, Skipped count what
 //	                                        this process saw; Expired is not counted
-//	a Stream delivery given back unread   same Attempt within a broker (GiveBack); counts one
-//	                                        when it goes to another broker or at Close
+//	a Stream delivery given back unread   same Attempt (GiveBack), within a broker and across
+//	                                        (see rebalance), unless Close gave up first
+//	keys and headers                      exact bytes, invalid UTF-8 included, in one binary
+//	                                        header: at most MaxKeyAndHeadersSize together, and
+//	                                        the whole record within the server's max_payload
+//	                                        (1 MiB by default), else ErrInvalid at publish
 //	Drain                                 waits for the groups this broker joined (their
 //	                                        redriven letters too), polling the server every
 //	                                        20ms (local commits wake it at once)

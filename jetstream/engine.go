@@ -145,8 +145,8 @@ var _ engine.Engine = (*eng)(nil)
 // delivery given back before the consumer
 // received it (ErrNotDelivered) is kept by the partition's worker and
 // delivered next with the same Attempt, also to the next local owner; it
-// goes back to the server, and so counts, only when the broker closes or
-// the partition moves to another broker. The server stamps records (no
+// goes back to the server, still without counting (worker.go's giveBack),
+// when the broker closes or the partition leaves it. The server stamps records (no
 // InjectedClock) and names them by stream sequence (no CustomIDs). Block
 // frees committed records one at a time, as the in-memory engine does,
 // but waits by polling the server's ack floors, so a blocked publisher

@@ -56,6 +56,9 @@ type group struct {
 	wake chan struct{} // buffered 1: the loop reconciles soon
 
 	delivered, retried, deadLettered, skipped, redriven atomic.Int64
+	// dropped counts the dead letters this process gave up storing
+	// (dlq.go's dropLetter): counted in DeadLettersEvicted.
+	dropped atomic.Int64
 
 	snap atomic.Pointer[groupSnap] // what the reads return once the broker stopped
 }
@@ -160,7 +163,7 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 		if _, err := spec.Retry.Resolve(); err != nil {
 			return nil, fmt.Errorf("group %q: %w", name, err)
 		}
-		if spec.DeadLetterLimit < 0 {
+		if spec.DeadLetterLimit < 0 && spec.DeadLetterLimit != engine.NoDeadLetters {
 			return nil, fmt.Errorf("%w: group %q: dead-letter limit %d", engine.ErrInvalid, name, spec.DeadLetterLimit)
 		}
 		if err := spec.Start.Validate(); err != nil {
@@ -205,9 +208,11 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 		Name:      e.names.dlqStream(t.name, name),
 		Subjects:  []string{e.names.dlqSubject(t.name, name)},
 		Retention: natsjs.LimitsPolicy,
-		MaxMsgs:   int64(g.spec.DeadLetterLimit),
+		MaxMsgs:   max(int64(g.spec.DeadLetterLimit), 1), // NoDeadLetters stores none (dlq.go), and -1 is no limit here
 		Discard:   natsjs.DiscardOld,
 		Storage:   t.streamConfig(0).Storage,
+		// Read by batches of direct gets (dlq.go).
+		AllowDirect: true,
 	})
 	if err != nil {
 		return nil, e.ctxErr(ctx, fmt.Errorf("group %q: dead-letter stream: %w", name, err))

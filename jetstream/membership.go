@@ -254,23 +254,29 @@ func (g *group) exited(w *worker) {
 	if w.s.worker == w {
 		w.s.worker = nil
 	}
-	var giveBack record
-	if g.closed { // a record kept for the next local worker goes back to the server
-		w.s.mu.Lock()
-		giveBack, w.s.pending = w.s.pending, nil
-		w.s.mu.Unlock()
-	}
-	keep := false
+	keep := false // a live member of this broker owns the partition
 	for name, ps := range g.assign {
-		if m := g.members[name]; m != nil && !m.left && slices.Contains(ps, w.s.p) && !g.closed {
+		if m := g.members[name]; m != nil && g.live(m) && slices.Contains(ps, w.s.p) && !g.closed {
 			keep = true
 		}
 	}
+	var giveBack record
+	var epoch uint64
+	if !keep { // a record kept for the next local worker goes back to the server: there is none
+		w.s.mu.Lock()
+		giveBack, epoch, w.s.pending = w.s.pending, w.s.pendingEpoch, nil
+		w.s.mu.Unlock()
+	}
 	g.mu.Unlock()
 	if giveBack != nil {
-		_ = giveBack.Nak()
+		// Before the unpin, so that no other broker's pull is served
+		// while the consumer is reset.
+		g.giveBack(w.s, epoch, giveBack)
 	}
-	if !keep && !w.crashed() {
+	// Not while the connection is down: the unpin would wait out the
+	// request timeout, and the worker's done with it (Leave and Close wait
+	// for that); the pin lapses by itself after MemberTTL.
+	if !keep && !w.crashed() && g.e.js.Conn().IsConnected() {
 		ctx, cancel := g.e.ctx()
 		_ = g.t.streams[w.s.p].UnpinConsumer(ctx, g.e.names.consumer(g.name, w.s.p), priorityGroup)
 		w.s.mu.Lock()
@@ -368,13 +374,31 @@ func (g *group) shutdown() <-chan struct{} {
 	g.closed = true
 	stop, loopDone := g.loopStop, g.loopDone
 	var done []<-chan struct{}
+	type kept struct {
+		s     *slot
+		msg   record
+		epoch uint64
+	}
+	var giveBack []kept
 	for _, s := range g.slots {
 		if w := s.worker; w != nil {
 			w.signalStop()
 			done = append(done, w.done)
+			continue
 		}
+		// A record kept for a local worker that will not start now goes
+		// back to the server (a stopping worker's exited does the same).
+		s.mu.Lock()
+		if s.pending != nil {
+			giveBack = append(giveBack, kept{s, s.pending, s.pendingEpoch})
+			s.pending = nil
+		}
+		s.mu.Unlock()
 	}
 	g.mu.Unlock()
+	for _, k := range giveBack {
+		g.giveBack(k.s, k.epoch, k.msg)
+	}
 	if stop != nil {
 		close(stop)
 		done = append(done, loopDone)

@@ -5,6 +5,8 @@ package jetstream
 
 import (
 	"context"
+	"math"
+	"slices"
 
 	"github.com/logbus/logbus/internal/engine"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -17,12 +19,19 @@ type groupSnap struct {
 	committed []int64
 	lag       int64
 	evicted   int64
-	letters   []engine.DeadLetter
+	letters   []engine.DeadLetter // oldest first; the newest, when the read was cut short
+	// lettersErr says why letters is short: the server did not answer in
+	// time.
+	lettersErr error
 }
 
 // takeSnap records the group's state for the reads after Close.
 func (g *group) takeSnap() {
-	s := &groupSnap{committed: make([]int64, g.t.parts), lag: g.Lag(), letters: g.DeadLetters()}
+	s := &groupSnap{committed: make([]int64, g.t.parts), lag: g.Lag()}
+	ctx, cancel := g.e.ctx()
+	s.letters, s.lettersErr = g.latest(ctx, math.MaxInt)
+	cancel()
+	slices.Reverse(s.letters)
 	for p := range s.committed {
 		s.committed[p] = g.Committed(p)
 	}
@@ -78,25 +87,28 @@ func (g *group) Lag() int64 {
 
 // Stats counts what this broker's workers did, and Redriven what its
 // Redrive calls took; DeadLettersEvicted is the server's count for the
-// group.
+// group, plus the letters this process could not store (dlq.go's
+// dropLetter).
 func (g *group) Stats() engine.GroupStats {
 	st := engine.GroupStats{Delivered: g.delivered.Load(), Retried: g.retried.Load(), DeadLettered: g.deadLettered.Load(), Skipped: g.skipped.Load(),
-		Redriven: g.redriven.Load()}
+		Redriven: g.redriven.Load(), DeadLettersEvicted: g.dropped.Load()}
 	if s := g.snap.Load(); s != nil {
 		st.DeadLettersEvicted = s.evicted
 		return st
 	}
 	ctx, cancel := g.e.ctx()
 	defer cancel()
-	// Every letter the stream ever stored is still there, evicted, or
-	// taken by Redrive, which stored one copy of it in the redrive stream
-	// (a work queue: its last sequence counts every copy ever stored).
+	// Every letter the stream ever stored is still there, evicted, taken
+	// by Redrive, which stored one copy of it in the redrive stream (a
+	// work queue: its last sequence counts every copy ever stored), or
+	// removed by DiscardDeadLetters, which counts them in the deal bucket.
 	if info, err := g.dlq.Info(ctx); err == nil {
 		gone := int64(info.State.LastSeq) - int64(info.State.Msgs)
 		if rinfo, err := g.rdq.Info(ctx); err == nil {
 			gone -= int64(rinfo.State.LastSeq)
 		}
-		st.DeadLettersEvicted = max(0, gone)
+		gone -= g.discarded(ctx)
+		st.DeadLettersEvicted += max(0, gone)
 	}
 	return st
 }

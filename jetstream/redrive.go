@@ -94,10 +94,14 @@ func (g *group) openRedrive(ctx context.Context) error {
 // server stored its copy, so a failure midway loses none: Redrive then
 // returns how many it queued, and the error. A letter queued by two
 // concurrent Redrives (of two brokers) is stored once (the copy's message
-// ID is the letter's) and counted by the first. It does not wait for the
-// deliveries; Drain does. Each request is bounded by ctx, and by the
-// request timeout when ctx has no deadline. match runs on the caller's
-// goroutine, under no lock. After Close began it fails with ErrClosed.
+// ID is the letter's) and counted by the first. A letter stored without
+// its value (DeadLetter.Truncated) cannot be redriven: it stays, and once
+// the others are queued Redrive returns their count with an error
+// wrapping ErrInvalid that says how many stayed. It reads the letters by
+// batches (dlq.go) and does not wait for the deliveries; Drain does. Each
+// request is bounded by ctx, and by the request timeout when ctx has no
+// deadline. match runs on the caller's goroutine, under no lock. After
+// Close began it fails with ErrClosed.
 func (g *group) Redrive(ctx context.Context, match func(*engine.DeadLetter) bool) (int, error) {
 	if err := g.e.refuse("redrive"); err != nil {
 		return 0, err
@@ -117,88 +121,83 @@ func (g *group) Redrive(ctx context.Context, match func(*engine.DeadLetter) bool
 			g.wakeRedrive(touched)
 		}
 	}()
-	// Each request bounded by ctx, and by the request timeout when ctx
-	// has none.
-	req := func(f func(context.Context) error) error {
-		rctx, cancel := ctx, context.CancelFunc(func() {})
-		if _, ok := ctx.Deadline(); !ok {
-			rctx, cancel = context.WithTimeout(ctx, e.cfg.requestTimeout)
-		}
-		defer cancel()
-		return f(rctx)
-	}
 	var info *natsjs.StreamInfo
-	err := req(func(ctx context.Context) (err error) { info, err = g.dlq.Info(ctx); return err })
+	err := g.bounded(ctx, func(ctx context.Context) (err error) { info, err = g.dlq.Info(ctx); return err })
 	if err != nil {
 		return 0, e.ctxErr(ctx, fmt.Errorf("redrive: dead-letter stream: %w", err))
 	}
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		var m *natsjs.RawStreamMsg
-		err := req(func(ctx context.Context) (err error) { m, err = g.dlq.GetMsg(ctx, seq); return err })
-		if errors.Is(err, natsjs.ErrMsgNotFound) { // evicted, or taken by another Redrive
-			continue
-		}
-		if err != nil {
-			return n, e.ctxErr(ctx, fmt.Errorf("redrive: dead letter %d: %w", seq, err))
-		}
+	if info.State.Msgs == 0 {
+		return 0, nil
+	}
+	truncated := 0
+	var stepErr error
+	err = g.scanLetters(ctx, info.State.FirstSeq, info.State.LastSeq, func(m *natsjs.RawStreamMsg) bool {
 		l := g.letter(m)
 		if l.Partition < 0 || l.Partition >= g.t.parts { // not a letter of this group's: left alone
-			continue
+			return true
 		}
 		if match != nil && !match(&l) {
-			continue
+			return true
 		}
-		letterID := m.Header.Get(natsjs.MsgIDHeader)
-		if letterID == "" {
-			letterID = strconv.FormatUint(seq, 10)
+		if l.Truncated {
+			truncated++
+			return true
 		}
-		rm := nats.NewMsg(e.names.redriveSubject(g.t.name, g.name, l.Partition))
-		rm.Data = m.Data
-		for k, v := range m.Header {
-			if !strings.HasPrefix(k, "Nats-") {
-				rm.Header[k] = v
-			}
-		}
-		var ack *natsjs.PubAck
-		err = req(func(ctx context.Context) (err error) {
-			ack, err = e.js.PublishMsg(ctx, rm, natsjs.WithMsgID("rd-"+letterID))
-			return err
-		})
-		if err != nil {
-			return n, e.ctxErr(ctx, fmt.Errorf("redrive: queue dead letter %s: %w", l.ID, err))
-		}
-		if !ack.Duplicate { // a duplicate was queued, and counted, by another Redrive
+		var queued bool
+		queued, stepErr = g.redriveOne(ctx, m, &l)
+		if queued {
 			n++
 			touched[l.Partition] = true
 		}
-		err = req(func(ctx context.Context) error { return g.dlq.DeleteMsg(ctx, seq) })
-		if err != nil && !errors.Is(err, natsjs.ErrMsgNotFound) {
-			// Queued, and still a dead letter: kept in both rather than
-			// lost. It is delivered again, and a later Redrive takes the
-			// letter out without queueing it twice (within the server's
-			// duplicate window).
-			return n, e.ctxErr(ctx, fmt.Errorf("redrive: remove dead letter %s: %w", l.ID, err))
-		}
-		g.forgetLetter(letterID)
+		return stepErr == nil
+	})
+	switch {
+	case stepErr != nil:
+		return n, e.ctxErr(ctx, stepErr)
+	case err != nil:
+		return n, e.ctxErr(ctx, fmt.Errorf("redrive: read the dead letters: %w", err))
+	case truncated > 0:
+		return n, fmt.Errorf("%w: redrive: %d dead letters were stored without their values (DeadLetter.Truncated) and cannot be redriven: discard them, or publish their records again",
+			engine.ErrInvalid, truncated)
 	}
 	return n, nil
 }
 
-// forgetLetter drops what this process kept of a dead letter that left
-// the stream, so that its eviction count stays true.
-func (g *group) forgetLetter(id string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if _, ok := g.letters[id]; !ok {
-		return
+// redriveOne queues the dead letter m (l as read) on its partition's
+// redrive subject, then removes it from the dead-letter stream; it
+// reports whether this call queued it (false when another Redrive did).
+func (g *group) redriveOne(ctx context.Context, m *natsjs.RawStreamMsg, l *engine.DeadLetter) (bool, error) {
+	e := g.e
+	letterID := m.Header.Get(natsjs.MsgIDHeader)
+	if letterID == "" {
+		letterID = strconv.FormatUint(m.Sequence, 10)
 	}
-	delete(g.letters, id)
-	for i, q := range g.lettersQ {
-		if q == id {
-			g.lettersQ = append(g.lettersQ[:i], g.lettersQ[i+1:]...)
-			break
+	rm := nats.NewMsg(e.names.redriveSubject(g.t.name, g.name, l.Partition))
+	rm.Data = m.Data
+	for k, v := range m.Header {
+		if !strings.HasPrefix(k, "Nats-") {
+			rm.Header[k] = v
 		}
 	}
+	var ack *natsjs.PubAck
+	err := g.bounded(ctx, func(ctx context.Context) (err error) {
+		ack, err = e.js.PublishMsg(ctx, rm, natsjs.WithMsgID("rd-"+letterID))
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("redrive: queue dead letter %s: %w", l.ID, err)
+	}
+	queued := !ack.Duplicate // a duplicate was queued, and counted, by another Redrive
+	err = g.bounded(ctx, func(ctx context.Context) error { return g.dlq.DeleteMsg(ctx, m.Sequence) })
+	if err != nil && !errors.Is(err, natsjs.ErrMsgNotFound) {
+		// Queued, and still a dead letter: kept in both rather than
+		// lost. It is delivered again, and a later Redrive takes the
+		// letter out without queueing it twice (within the server's
+		// duplicate window).
+		return queued, fmt.Errorf("redrive: remove dead letter %s: %w", l.ID, err)
+	}
+	g.forgetLetter(letterID)
+	return queued, nil
 }
 
 // wakeRedrive makes the owners of partitions look at their redrive
@@ -344,25 +343,24 @@ func (w *worker) redelivery(msg redrivenMsg, md *natsjs.MsgMetadata, revoked <-c
 // the letter from the redrive stream.
 func (w *worker) settleRedriven(msg redrivenMsg, md *natsjs.MsgMetadata, d *engine.Delivery, herr error) {
 	g := w.g
-	ctx, cancel := g.e.ctx()
-	defer cancel()
+	ack := func() {
+		ctx, cancel := g.e.ctx()
+		_ = msg.DoubleAck(ctx)
+		cancel()
+		g.e.committed()
+	}
 	switch {
 	case errors.Is(herr, engine.ErrAbandoned):
 		_ = msg.Nak()
 	case herr == nil:
 		g.delivered.Add(1) // before the ack, which Drain may see
-		_ = msg.DoubleAck(ctx)
-		g.e.committed()
+		ack()
 	case errors.Is(herr, engine.ErrPermanent) || d.Attempt >= g.spec.Retry.MaxAttempts:
 		// Its own letter ID: the redrive consumer's sequences are not the
 		// partition consumer's.
-		letterID := d.ID + "-r" + strconv.FormatUint(md.Sequence.Stream, 10) + "-" + strconv.FormatUint(md.Sequence.Consumer, 10)
-		if err := g.storeLetter(ctx, msg, d, herr, w.m.name, letterID); err != nil {
-			_ = msg.NakWithDelay(g.spec.Retry.Delay(d.Attempt))
-			return
+		if !w.deadLetter(msg, d, herr, letterID(d, md)+"-r"+strconv.FormatUint(md.Sequence.Stream, 10)) {
+			ack()
 		}
-		_ = msg.DoubleAck(ctx)
-		g.e.committed()
 	default:
 		w.retry(msg, d, herr)
 	}

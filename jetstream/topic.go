@@ -2,8 +2,6 @@ package jetstream
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -15,14 +13,6 @@ import (
 	"github.com/logbus/logbus/internal/engine"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-)
-
-// The headers a record travels with. The key is base64 (a header holds
-// text; keys are bytes); its absence means a keyless record. The caller's
-// headers travel as one JSON object.
-const (
-	hdrKey     = "Lb-Key"
-	hdrHeaders = "Lb-Headers"
 )
 
 // topic is a topic of this engine: one stream per partition.
@@ -157,45 +147,20 @@ func (t *topic) NewRecords(recs []*engine.Record) {
 	}
 }
 
-// message is rec as a NATS message on partition p's subject.
+// message is rec as a NATS message on partition p's subject (meta.go
+// says how it carries the key and headers). A record the server would
+// refuse for its size is refused here, with ErrInvalid.
 func (t *topic) message(p int, rec *engine.Record) (*nats.Msg, error) {
 	m := nats.NewMsg(t.e.names.subject(t.name, p))
 	m.Data = rec.Value
-	if rec.Key != nil {
-		m.Header.Set(hdrKey, base64.StdEncoding.EncodeToString(rec.Key))
+	if err := setMeta(m.Header, rec); err != nil {
+		return nil, err
 	}
-	if len(rec.Headers) > 0 {
-		b, err := json.Marshal(rec.Headers)
-		if err != nil {
-			return nil, fmt.Errorf("%w: headers: %v", engine.ErrInvalid, err)
-		}
-		m.Header.Set(hdrHeaders, string(b))
+	if limit, size := t.e.js.Conn().MaxPayload(), int64(headerLen(m.Header)+len(m.Data)); limit > 0 && size > limit {
+		return nil, fmt.Errorf("%w: the record takes %d bytes as a message (its value %d), over the server's max_payload of %d",
+			engine.ErrInvalid, size, len(m.Data), limit)
 	}
 	return m, nil
-}
-
-// decodeRecord rebuilds the record a message carries.
-func decodeRecord(h nats.Header, data []byte, seq uint64, created time.Time) (*engine.Record, error) {
-	rec := &engine.Record{Offset: int64(seq) - 1, Value: data, Created: created}
-	if rec.Value == nil {
-		rec.Value = []byte{}
-	}
-	if k, ok := h[hdrKey]; ok && len(k) > 0 {
-		key, err := base64.StdEncoding.DecodeString(k[0])
-		if err != nil {
-			return nil, fmt.Errorf("record at sequence %d: key header: %w", seq, err)
-		}
-		rec.Key = key
-		if rec.Key == nil {
-			rec.Key = []byte{}
-		}
-	}
-	if v := h.Get(hdrHeaders); v != "" {
-		if err := json.Unmarshal([]byte(v), &rec.Headers); err != nil {
-			return nil, fmt.Errorf("record at sequence %d: headers: %w", seq, err)
-		}
-	}
-	return rec, nil
 }
 
 // AppendOne publishes rec to partition p and returns its offset, the

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/internal/engine"
-	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // phase is what a partition's worker is doing.
@@ -214,8 +212,8 @@ func (w *worker) crashed() bool { return w.g.e.nc != nil && w.g.e.nc.IsClosed() 
 func (w *worker) run() {
 	defer func() {
 		w.s.setPhase(parked)
+		w.g.exited(w) // before done: whoever waits for the worker waits for its hand-over too
 		close(w.done)
-		w.g.exited(w)
 	}()
 	if w.m.bh != nil {
 		w.runBatches()
@@ -466,7 +464,7 @@ func (w *worker) await(msg record, epoch uint64) (<-chan struct{}, bool) {
 				}
 				s.mu.Unlock()
 			}
-			_ = msg.Nak()
+			w.g.giveBack(s, epoch, msg)
 			return nil, false
 		}
 		s.phase = holding
@@ -610,12 +608,11 @@ func (w *worker) settle(msg record, d *engine.Delivery, herr error) (again bool)
 		w.ackNext(msg, w.more)
 		g.e.committed()
 	case errors.Is(herr, engine.ErrPermanent) || d.Attempt >= g.spec.Retry.MaxAttempts:
-		ctx, cancel := g.e.ctx()
-		defer cancel()
-		if err := g.deadLetter(ctx, msg, d, herr, w.m.name); err != nil {
-			_ = msg.NakWithDelay(g.spec.Retry.Delay(d.Attempt))
+		md, _ := msg.Metadata()
+		if w.deadLetter(msg, d, herr, letterID(d, md)) {
 			return true
 		}
+		g.terminate(msg, d, md)
 		w.s.settled(d)
 		g.e.committed()
 	default:
@@ -638,105 +635,10 @@ func (w *worker) retry(msg record, d *engine.Delivery, herr error) {
 	}
 }
 
-// The headers of a dead letter, besides the record's own (hdrKey,
-// hdrHeaders).
-const (
-	hdrID        = "Lb-Id"
-	hdrPartition = "Lb-Partition"
-	hdrOffset    = "Lb-Offset"
-	hdrCreated   = "Lb-Created"
-	hdrAttempts  = "Lb-Attempts"
-	hdrError     = "Lb-Error"
-	hdrErrorKind = "Lb-Error-Kind"
-	hdrFailedAt  = "Lb-Failed-At"
-)
-
-// deadLetter stores the record in the group's dead-letter stream, then
-// terminates its delivery so the partition moves on. The letter's message
-// ID is the record's stream sequence and the delivery's consumer
-// sequence, so a retried publish of the same letter is stored once.
-func (g *group) deadLetter(ctx context.Context, msg record, d *engine.Delivery, herr error, consumer string) error {
-	md, _ := msg.Metadata()
-	letterID := d.ID + "-" + strconv.FormatUint(md.Sequence.Consumer, 10)
-	if err := g.storeLetter(ctx, msg, d, herr, consumer, letterID); err != nil {
-		return err
-	}
-	if err := msg.TermWithReason("logbus: dead-lettered"); err != nil {
-		return err
-	}
-	// A Term has no confirmation: wait until the ack floor passes the
-	// record, so that Committed and Drain see the dead letter as settled
-	// when the handler's caller does.
-	for {
-		info, err := g.consumers[d.Partition].Info(ctx)
-		if err != nil || info.AckFloor.Stream >= md.Sequence.Stream {
-			return nil
-		}
-		t := time.NewTimer(2 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-// storeLetter stores the record of d in the group's dead-letter stream,
-// under message ID letterID (so a retried publish is stored once), counts
-// it and reports it.
-func (g *group) storeLetter(ctx context.Context, msg record, d *engine.Delivery, herr error, consumer, letterID string) error {
-	dl := nats.NewMsg(g.e.names.dlqSubject(g.t.name, g.name))
-	dl.Data = msg.Data()
-	for _, h := range []string{hdrKey, hdrHeaders} {
-		if v, ok := msg.Headers()[h]; ok {
-			dl.Header[h] = v
-		}
-	}
-	now := time.Now()
-	dl.Header.Set(hdrID, d.ID)
-	dl.Header.Set(hdrPartition, strconv.Itoa(d.Partition))
-	dl.Header.Set(hdrOffset, strconv.FormatInt(d.Record.Offset, 10))
-	dl.Header.Set(hdrCreated, d.Record.Created.Format(time.RFC3339Nano))
-	dl.Header.Set(hdrAttempts, strconv.Itoa(d.Attempt))
-	dl.Header.Set(hdrError, oneLine(herr.Error()))
-	dl.Header.Set(hdrErrorKind, errorKind(herr))
-	dl.Header.Set(hdrFailedAt, now.Format(time.RFC3339Nano))
-	evicted := false
-	g.mu.Lock()
-	if _, ok := g.letters[letterID]; !ok {
-		g.lettersQ = append(g.lettersQ, letterID)
-		if len(g.lettersQ) > g.spec.DeadLetterLimit { // the stream evicted that one too
-			delete(g.letters, g.lettersQ[0])
-			g.lettersQ = g.lettersQ[1:]
-			evicted = true
-		}
-	}
-	g.letters[letterID] = herr
-	g.mu.Unlock()
-	if _, err := g.e.js.PublishMsg(ctx, dl, natsjs.WithMsgID(letterID)); err != nil {
-		return err
-	}
-	g.deadLettered.Add(1) // before the Term, which Drain may see at once
-	if obs := g.e.obs; obs != nil {
-		// Before the Term too, so that whoever sees the commit (Drain) has
-		// seen the event.
-		letter := engine.DeadLetter{Record: d.Record, ID: d.ID, Topic: g.t.name, Partition: d.Partition, Group: g.name,
-			Attempts: d.Attempt, Err: herr, FailedAt: now}
-		ev := &engine.Event{Kind: engine.EventDeadLetter, Topic: g.t.name, Group: g.name, Consumer: consumer,
-			Partition: d.Partition, Offset: d.Record.Offset, Attempt: d.Attempt, ID: d.ID, Letter: &letter, Err: herr}
-		if evicted {
-			ev.Count = 1
-		}
-		obs.Observe(ev)
-	}
-	return nil
-}
-
 // Who owns a partition next, for a worker that stops holding a record.
 const (
-	ownerNone   = iota // Close gave up: give it back
-	ownerLocal         // another member of this broker, or nobody yet: keep it for the next local worker
+	ownerNone   = iota // nobody in this broker, or Close gave up: give it back to the server
+	ownerLocal         // another live member of this broker: keep it for its worker
 	ownerRemote        // a member of another broker, or the broker is closing: deliver it here, as in flight
 )
 
@@ -754,7 +656,7 @@ func (g *group) nextOwner(w *worker) int {
 	}
 	for name, ps := range g.assign {
 		if slices.Contains(ps, w.s.p) {
-			if m := g.members[name]; m != nil && m != w.m && !m.left {
+			if m := g.members[name]; m != nil && m != w.m && g.live(m) {
 				return ownerLocal
 			}
 			if g.members[name] == nil {
@@ -762,5 +664,72 @@ func (g *group) nextOwner(w *worker) int {
 			}
 		}
 	}
-	return ownerLocal
+	return ownerNone
+}
+
+// live reports whether m, a local member, may own partitions: its key is
+// on the server and it has not left. g.mu must be held.
+func (g *group) live(m *member) bool { return m.rev != 0 && !m.left && !m.evicted }
+
+// giveBack returns records this broker fetched from slot s's partition
+// (or its redrive consumer) and will not deliver, so that whoever owns
+// the partition next, in any broker, gets them at once, within its poll
+// wait, not after AckWait.
+//
+// The delivery given back must not count as an attempt: the next owner's
+// first delivery of a record is Attempt 1 (the server's delivery count),
+// and a Nak would make it 2. So records delivered once (all of them, in
+// stream order) are given back by resetting the consumer to the first of
+// them, which makes the server forget that they were delivered: it does
+// so only when they are all that is unacked and nothing moved the
+// consumer since they were fetched (the slot's epoch, the consumer's ack
+// floor and last delivered sequence), and the pin, which this broker
+// still holds, keeps everyone else's pulls out meanwhile. Otherwise (a
+// record being retried, which the server must keep counting; Close gave
+// up; the server did not answer) each is Nak'ed: it comes again at once,
+// with Attempt+1.
+func (g *group) giveBack(s *slot, epoch uint64, msgs ...record) {
+	if len(msgs) == 0 {
+		return
+	}
+	if !g.resetTo(s, epoch, msgs) {
+		for _, m := range msgs {
+			_ = m.Nak()
+		}
+	}
+}
+
+// resetTo is giveBack's reset; false when it did not reset.
+func (g *group) resetTo(s *slot, epoch uint64, msgs []record) bool {
+	if g.e.handlerCtx.Err() != nil || !g.e.js.Conn().IsConnected() { // a Nak is buffered while reconnecting; requests would wait
+		return false
+	}
+	seqs := make([]uint64, len(msgs))
+	for i, m := range msgs {
+		md, err := m.Metadata()
+		if err != nil || md.NumDelivered != 1 || i > 0 && md.Sequence.Stream <= seqs[i-1] {
+			return false
+		}
+		seqs[i] = md.Sequence.Stream
+	}
+	redriven := isRedriven(msgs[0])
+	s.mu.Lock()
+	moved := s.epoch != epoch && !redriven
+	s.mu.Unlock()
+	if moved {
+		return false
+	}
+	ctx, cancel := g.e.ctx()
+	defer cancel()
+	c, stream, name := g.consumers[s.p], g.t.streams[s.p], g.e.names.consumer(g.name, s.p)
+	if redriven {
+		c, stream, name = g.rconsumer[s.p], g.rdq, g.e.names.redriveConsumer(s.p)
+	}
+	info, err := c.Info(ctx)
+	if err != nil || info.AckFloor.Stream+1 != seqs[0] || info.Delivered.Stream != seqs[len(seqs)-1] ||
+		info.NumAckPending != len(msgs) {
+		return false
+	}
+	_, err = stream.ResetConsumerToSequence(ctx, name, seqs[0])
+	return err == nil
 }

@@ -430,10 +430,21 @@ func (g *Group[V]) Stats() GroupStats { return GroupStats(g.eng.Stats()) }
 
 // DeadLetter is a message the group gave up on.
 type DeadLetter[V any] struct {
-	Message  Message[V] // Value is the zero V when the record could not be decoded
+	Message  Message[V] // Value is the zero V when the record could not be decoded, or was not kept
 	Attempts int        // deliveries made, the last included
 	Err      error      // the last attempt's error: a *DecodeError, a *PanicError or the handler's
 	FailedAt time.Time  // by the broker's Clock
+	// Truncated is set when the engine could not store the whole record
+	// with the letter and kept it without its value: Message.Value is then
+	// the zero V, and ValueSize the encoded value's length in bytes. A
+	// record whose key and headers alone passed the engine's limits is
+	// kept without those too. The in-memory engine keeps every letter
+	// whole; an engine whose server limits message sizes says in its
+	// documentation when it cannot. Redrive cannot send a truncated
+	// letter back: the record itself is still in its partition, at
+	// Message.Offset, until retention removes it.
+	Truncated bool
+	ValueSize int
 }
 
 // DeadLetters returns the group's dead letters, oldest first: at most the
@@ -453,8 +464,12 @@ func (g *Group[V]) letter(l *engine.DeadLetter) DeadLetter[V] {
 	// copy, so that a codec that hands out the bytes it decodes
 	// (codec.RawBytes) gives the caller memory of its own, not the
 	// letter's, which the next call decodes again.
-	v, _ := g.values.Decode(bytes.Clone(l.Record.Value))
-	out := DeadLetter[V]{Attempts: l.Attempts, Err: publicErr(l.Err), FailedAt: l.FailedAt}
+	var v V
+	if !l.Truncated {
+		v, _ = g.values.Decode(bytes.Clone(l.Record.Value))
+	}
+	out := DeadLetter[V]{Attempts: l.Attempts, Err: publicErr(l.Err), FailedAt: l.FailedAt,
+		Truncated: l.Truncated, ValueSize: l.ValueSize}
 	// The Message a handler was given, built by the same code.
 	d := &engine.Delivery{Topic: l.Topic, Partition: l.Partition, ID: l.ID, Record: l.Record, Attempt: l.Attempts}
 	_ = handOver(context.Background(), func(_ context.Context, m Message[V]) error {

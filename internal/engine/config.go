@@ -327,6 +327,14 @@ type DeadLetter struct {
 	Attempts  int   // deliveries made, the last one included
 	Err       error // the last attempt's error
 	FailedAt  time.Time
+	// Truncated is set when the engine could not store the whole record
+	// with the letter (a distributed engine's server limits the size of
+	// what it stores) and kept it without its value (Record.Value empty),
+	// or also without its key and headers (nil); ValueSize is then the
+	// value's length in bytes. An engine that keeps every letter whole
+	// leaves both zero.
+	Truncated bool
+	ValueSize int
 }
 
 // DefaultDeadLetterLimit is how many dead letters a group keeps by default.
