@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -743,5 +744,97 @@ type stuckHook chan pubsub.StuckEvent
 func (h stuckHook) OnStuck(e pubsub.StuckEvent) {
 	if !e.Returned {
 		h <- e
+	}
+}
+
+// One scenario raises every hook: a hook implementing every Hook
+// interface (pubsub.HookCalls, checked against the broker's table of
+// them) sees each of its methods called at least once, the two kinds of
+// backpressure event and a stuck handler's return included. A new Hook
+// interface fails this until HookCalls implements it and the scenario
+// raises it.
+func TestOneScenarioRaisesEveryHook(t *testing.T) {
+	calls := &pubsub.HookCalls{}
+	ifaces := pubsub.HookInterfaces()
+	for _, iface := range ifaces {
+		if !reflect.TypeOf(calls).Implements(iface) {
+			t.Fatalf("pubsub.HookCalls does not implement %v", iface)
+		}
+	}
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, pubsub.WithHooks(calls), pubsub.WithStuckAfter(time.Second))
+		// Publish, deliver and rebalance; a retry, a dead letter, and a
+		// handler stuck past WithStuckAfter that then returns.
+		orders := mustTopic(t, b, "orders", codec.String(), codec.String())
+		failed := false
+		mustSubscribe(t, orders, "billing", "b1", pubsub.HandlerFunc[string](func(_ context.Context, m pubsub.Message[string]) error {
+			switch m.Value {
+			case "flaky":
+				if !failed {
+					failed = true
+					return errBoom
+				}
+			case "poison":
+				return fmt.Errorf("poison: %w", pubsub.ErrPermanent)
+			case "slow":
+				time.Sleep(3 * time.Second) // virtual time: past the threshold
+			}
+			return nil
+		}))
+		for _, v := range []string{"flaky", "poison", "slow"} {
+			mustPublish(t, orders, "k", v)
+		}
+		drain(t, b)
+
+		// Backpressure: a producer waits on a full Block partition, then
+		// gives up.
+		full := mustTopic(t, b, "full", codec.String(), codec.String(),
+			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: time.Second}))
+		paused := mustSubscribe(t, full, "slow", "s1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil }))
+		if err := paused.Pause(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		mustPublish(t, full, "k", "1")
+		if _, err := full.Publish(context.Background(), "k", "2"); !errors.Is(err, pubsub.ErrBackpressure) {
+			t.Fatalf("Publish to a full partition: %v, want ErrBackpressure", err)
+		}
+		if err := paused.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+
+		// Drops, and a skip for the group that lost records to them.
+		shed := mustTopic(t, b, "shed", codec.String(), codec.String(),
+			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, OnFull: pubsub.DropOldest}))
+		late := mustSubscribe(t, shed, "late", "l1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil }))
+		if err := late.Pause(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		mustPublish(t, shed, "k", "1")
+		mustPublish(t, shed, "k", "2")
+		if err := late.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+
+		// Expiry: records past MaxAge are trimmed by the next publish.
+		old := mustTopic(t, b, "old", codec.String(), codec.String(), pubsub.WithRetention(pubsub.Retention{MaxAge: time.Minute}))
+		mustPublish(t, old, "k", "1")
+		time.Sleep(2 * time.Minute) // virtual time: the record's age
+		mustPublish(t, old, "k", "2")
+
+		drain(t, b)
+		if err := b.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	called := calls.Called()
+	for _, iface := range ifaces {
+		if name := iface.Method(0).Name; called[name] == 0 {
+			t.Errorf("%v: %s never called; called: %v", iface, name, called)
+		}
+	}
+	for _, kind := range []string{"OnBackpressure wait", "OnBackpressure timeout", "OnStuck returned"} {
+		if called[kind] == 0 {
+			t.Errorf("%s never called; called: %v", kind, called)
+		}
 	}
 }
