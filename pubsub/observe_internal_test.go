@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"go/ast"
+	"go/constant"
+	"go/importer"
 	"go/parser"
 	"go/token"
+	"go/types"
 	"log/slog"
 	"path/filepath"
 	"reflect"
@@ -241,4 +244,45 @@ func mustObserver(t *testing.T, hooks ...Hook) *observer {
 		t.Fatal(err)
 	}
 	return o
+}
+
+// Every EventKind the engine package declares (read from its source) is
+// handed to a hook and logged by Observe: a new kind fails this until
+// pubsub maps it, rather than being dropped in silence.
+func TestEveryEngineEventIsRaisedAndLogged(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, filepath.Join("..", "internal", "engine", "observe.go"), nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The file alone: the names it takes from the package's other files
+	// are errors to ignore, its constants are typed all the same.
+	conf := types.Config{Importer: importer.Default(), Error: func(error) {}}
+	pkg, _ := conf.Check("engine", fset, []*ast.File{f}, nil)
+	kind := pkg.Scope().Lookup("EventKind").Type()
+	var kinds []string
+	for _, name := range pkg.Scope().Names() {
+		c, ok := pkg.Scope().Lookup(name).(*types.Const)
+		if !ok || !types.Identical(c.Type(), kind) {
+			continue
+		}
+		kinds = append(kinds, name)
+		k, _ := constant.Uint64Val(c.Val())
+		h := &HookCalls{}
+		var logged strings.Builder
+		o, err := newObserver([]Hook{h}, slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug})), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Observe(&engine.Event{Kind: engine.EventKind(k), Topic: "orders", Group: "billing", Err: errors.New("test")})
+		if len(h.Called()) == 0 {
+			t.Errorf("engine.%s (%d) raises no hook", name, k)
+		}
+		if logged.Len() == 0 {
+			t.Errorf("engine.%s (%d) logs nothing", name, k)
+		}
+	}
+	if len(kinds) < 10 {
+		t.Errorf("found %d event kinds in internal/engine/observe.go (%v); want them all", len(kinds), kinds)
+	}
 }
