@@ -63,7 +63,7 @@ const (
 // hookSlot is one Hook interface in the table: how a hook joins its list,
 // and where its events are raised.
 type hookSlot struct {
-	iface reflect.Type // the Hook interface (for the error and the tests)
+	iface reflect.Type // the Hook interface, for the tests
 	by    raisedBy
 	add   func(h Hook) bool // appends h to the list when it implements the interface
 	used  func() bool       // whether the list holds a hook
@@ -88,8 +88,8 @@ func slot[H any](list *[]H, by raisedBy) hookSlot {
 // slots is the table of every Hook interface, each with o's list for it:
 // adding a Hook interface is adding its line here (and a list above, and
 // the call that raises it). The tests check that the table covers every
-// Hook interface hooks.go declares, that the byEngine lines are exactly
-// the hooks Observe raises, and that one scenario raises them all.
+// Hook interface hooks.go declares, that each place raises exactly the
+// hooks its lines name, and that one scenario raises them all.
 func (o *observer) slots() []hookSlot {
 	return []hookSlot{
 		slot(&o.newBroker, byBroker),
