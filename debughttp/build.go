@@ -43,9 +43,8 @@ func (h *handler) head(snap pubsub.Snapshot) overview {
 
 // topicOf summarises t: its counters and its groups, not its partitions.
 func topicOf(t pubsub.TopicSnapshot) topicView {
-	tv := topicView{Name: t.Name, NameEscaped: escaped(t.Name), Published: t.Stats.Published, Retained: t.Stats.Retained, RetainedBytes: t.Stats.RetainedBytes,
-		Reclaimed: t.Stats.Reclaimed, Dropped: t.Stats.Dropped, Expired: t.Stats.Expired, Blocked: t.Stats.Blocked,
-		TimedOut: t.Stats.TimedOut, NumPartitions: len(t.Partitions), Groups: make([]groupView, len(t.Groups))}
+	tv := topicView{Name: t.Name, NameEscaped: escaped(t.Name), topicCounters: topicCounters(t.Stats),
+		NumPartitions: len(t.Partitions), Groups: make([]groupView, len(t.Groups))}
 	for j, g := range t.Groups {
 		tv.Groups[j] = groupOf(t, g)
 	}
@@ -89,9 +88,8 @@ func pageOf(first, n int) (pageView, error) {
 func groupOf(t pubsub.TopicSnapshot, g pubsub.GroupSnapshot) groupView {
 	gv := groupView{Name: g.Name, NameEscaped: escaped(g.Name), Topic: t.Name, TopicEscaped: escaped(t.Name), Paused: g.Paused, NumConsumers: len(g.Consumers),
 		Consumers: make([]consumerView, 0, min(len(g.Consumers), consumerLimit)),
-		Lag:       g.Lag, LagSeconds: g.LagAge.Seconds(), Delivered: g.Stats.Delivered, Retried: g.Stats.Retried,
-		DeadLettered: g.Stats.DeadLettered, Skipped: g.Stats.Skipped, DeadLettersEvicted: g.Stats.DeadLettersEvicted,
-		Redriven: g.Stats.Redriven, NumDeadLetters: g.DeadLetters, NumPartitions: len(g.Partitions)}
+		Lag:       g.Lag, LagSeconds: g.LagAge.Seconds(), groupCounters: groupCounters(g.Stats),
+		NumDeadLetters: g.DeadLetters, NumPartitions: len(g.Partitions)}
 	for _, c := range g.Consumers[:min(len(g.Consumers), consumerLimit)] {
 		owned := g.Assignment[c]
 		cv := consumerView{Name: c, NameEscaped: escaped(c), NumPartitions: len(owned), Partitions: slices.Sorted(slices.Values(owned))}

@@ -46,21 +46,40 @@ type overview struct {
 // topicView is one topic and its groups; its partitions only in its own
 // view, a page at a time.
 type topicView struct {
-	Name          string          `json:"name"`
-	NameEscaped   string          `json:"name_escaped,omitempty"`
-	Published     int64           `json:"published"`
-	Retained      int             `json:"retained"`
-	RetainedBytes int64           `json:"retained_bytes"`
-	Reclaimed     int64           `json:"reclaimed"`
-	Dropped       int64           `json:"dropped"`
-	Expired       int64           `json:"expired"`
-	Blocked       int64           `json:"blocked"`
-	TimedOut      int64           `json:"timed_out"`
+	Name        string `json:"name"`
+	NameEscaped string `json:"name_escaped,omitempty"`
+	topicCounters
 	NumPartitions int             `json:"num_partitions"`
 	Partitions    []partitionView `json:"partitions,omitzero"` // the topic's view: this page of them
 	Page          *pageView       `json:"page,omitempty"`      // the topic's view: which page
 	Groups        []groupView     `json:"groups"`              // summaries
 }
+
+// The counters' JSON keys. topicCounters and groupCounters are
+// pubsub.TopicStats and pubsub.GroupStats with a key for each field, made
+// by conversion (topicCounters(t.Stats)): a counter added to either does
+// not compile here until it has its key, and TestEveryCounterIsShown then
+// wants it on the page.
+type (
+	topicCounters struct {
+		Published     int64 `json:"published"`
+		Retained      int   `json:"retained"`
+		RetainedBytes int64 `json:"retained_bytes"`
+		Reclaimed     int64 `json:"reclaimed"`
+		Dropped       int64 `json:"dropped"`
+		Expired       int64 `json:"expired"`
+		Blocked       int64 `json:"blocked"`
+		TimedOut      int64 `json:"timed_out"`
+	}
+	groupCounters struct {
+		Delivered          int64 `json:"delivered"`
+		Retried            int64 `json:"retried"`
+		DeadLettered       int64 `json:"dead_lettered"`
+		Skipped            int64 `json:"skipped"`
+		DeadLettersEvicted int64 `json:"dead_letters_evicted"`
+		Redriven           int64 `json:"redriven"` // dead letters sent back to the group
+	}
+)
 
 // pageView says which partitions a view lists: Shown of them from First.
 // Next is where the next page starts (0 on the last page), Prev where the
@@ -97,13 +116,8 @@ type groupView struct {
 	InFlight     int            `json:"in_flight"`   // partitions with a delivery running
 	Stuck        int            `json:"stuck"`       // of them, running past the stuck threshold
 
-	Delivered          int64 `json:"delivered"`
-	Retried            int64 `json:"retried"`
-	DeadLettered       int64 `json:"dead_lettered"`
-	Skipped            int64 `json:"skipped"`
-	DeadLettersEvicted int64 `json:"dead_letters_evicted"`
-	Redriven           int64 `json:"redriven"`         // dead letters sent back to the group
-	NumDeadLetters     int   `json:"num_dead_letters"` // held now
+	groupCounters
+	NumDeadLetters int `json:"num_dead_letters"` // held now
 
 	NumPartitions int                  `json:"num_partitions"`
 	Partitions    []groupPartitionView `json:"partitions,omitzero"` // the group's view: this page of them

@@ -2,6 +2,7 @@ package otellogbus_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/logbus/logbus/codec"
@@ -9,6 +10,7 @@ import (
 	"github.com/logbus/logbus/pubsub"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
@@ -46,5 +48,37 @@ func BenchmarkPublish(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkCollect is one collection of the metrics Observe registers,
+// over the SDK: a Snapshot of 100 topics of 4 partitions, each read by a
+// group, and every instrument observed for each.
+func BenchmarkCollect(b *testing.B) {
+	reader := sdkmetric.NewManualReader()
+	h := otellogbus.New(otellogbus.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	br := pubsub.NewBroker()
+	b.Cleanup(func() { _ = br.Close(context.Background()) })
+	for i := range 100 {
+		topic, err := pubsub.NewTopic(br, fmt.Sprintf("topic-%03d", i), codec.String(), codec.String(), pubsub.WithPartitions(4))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := topic.Subscribe("billing", "b1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil })); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reg, err := h.Observe(br)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = reg.Unregister() })
+	ctx := context.Background()
+	var rm metricdata.ResourceMetrics
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := reader.Collect(ctx, &rm); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

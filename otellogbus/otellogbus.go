@@ -41,13 +41,10 @@
 // metric attribute it would make a time series per record.
 //
 // Read from Broker.Snapshot when the metrics are collected, so they cost
-// the broker nothing between collections (see Observe):
-// logbus.consumer.lag (records a group has not committed, per partition),
-// logbus.consumer.lag.age (the age of the oldest of them, in seconds),
-// logbus.consumer.stuck (deliveries running past WithStuckAfter),
-// logbus.consumer.dead_letters, logbus.consumer.retries and
-// logbus.consumer.skipped (counters per group), and logbus.records.dropped
-// (records shed or trimmed unread, per topic).
+// the broker nothing between collections: each group's lag (in records
+// and in time) and stuck deliveries, and every counter of
+// [pubsub.GroupStats] and [pubsub.TopicStats] (logbus.consumer.*,
+// logbus.records.*, logbus.producer.*); [Hooks.Observe] lists them.
 //
 // A Hooks value is safe for concurrent use. Its methods are the broker's
 // to call.

@@ -334,6 +334,17 @@ func TestObservedFromTheSnapshot(t *testing.T) {
 			{"logbus.consumer.skipped {message}", group("billing") + "," + sys, 0},
 			{"logbus.records.dropped {message}", "messaging.destination.name=events," + sys, 3},
 			{"logbus.records.dropped {message}", topic + "," + sys, 0},
+			{"logbus.consumer.dead_letters.evicted {message}", group("billing") + "," + sys, 0},
+			{"logbus.consumer.redriven {message}", group("billing") + "," + sys, 0},
+			{"logbus.records.retained {message}", topic + "," + sys, 3},
+			{"logbus.records.retained {message}", "messaging.destination.name=events," + sys, 2},
+			// Keys and values (18 bytes), and each record's traceparent
+			// header (66 bytes) the propagator wrote.
+			{"logbus.records.retained.size By", topic + "," + sys, 18 + 3*66},
+			{"logbus.records.reclaimed {message}", topic + "," + sys, 0},
+			{"logbus.records.expired {message}", topic + "," + sys, 0},
+			{"logbus.producer.blocked {publish}", topic + "," + sys, 0},
+			{"logbus.producer.timed_out {publish}", topic + "," + sys, 0},
 		} {
 			points, ok := m[c.metric]
 			if !ok {

@@ -21,7 +21,7 @@ import (
 func TestPublishBatchRoutesAndOrdersLikePublish(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clock := pubsubtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-		b := newBroker(t, pubsub.WithClock(clock))
+		b := pubsubtest.NewBroker(t, pubsub.WithClock(clock))
 		batched := mustTopic(t, b, "batched", codec.String(), codec.Int[int](), pubsub.WithPartitions(3))
 		single := mustTopic(t, b, "single", codec.String(), codec.Int[int](), pubsub.WithPartitions(3))
 		rec := pubsubtest.NewRecorder[int]()
@@ -41,7 +41,7 @@ func TestPublishBatchRoutesAndOrdersLikePublish(t *testing.T) {
 		if !slices.Equal(positions, want) {
 			t.Errorf("PublishBatch returned positions %v, want %v: where Publish put them one by one", positions, want)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 
 		msgs := rec.Messages()
 		if len(msgs) != len(entries) {
@@ -64,7 +64,7 @@ func TestPublishBatchRoutesAndOrdersLikePublish(t *testing.T) {
 // PublishValues spreads keyless records round robin, like PublishValue.
 func TestPublishValuesSpreadsKeylessRecords(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "jobs", codec.String(), codec.Int[int](), pubsub.WithPartitions(4))
 		rec := pubsubtest.NewRecorder[int]()
 		mustSubscribe(t, topic, "g", "c", rec)
@@ -75,7 +75,7 @@ func TestPublishValuesSpreadsKeylessRecords(t *testing.T) {
 		if pos, err := topic.PublishValues(context.Background(), values); len(pos) != 40 || err != nil {
 			t.Fatalf("PublishValues: got (%d positions, %v), want (40, nil)", len(pos), err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		perPartition := map[int]int{}
 		for _, m := range rec.Messages() {
 			if m.Key != nil {
@@ -98,7 +98,7 @@ func TestPublishValuesSpreadsKeylessRecords(t *testing.T) {
 // published: the error names the entry and wraps the codec's error.
 func TestPublishBatchEncodeErrorPublishesNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "t", codec.String(), codec.JSON[any](), pubsub.WithPartitions(2))
 		entries := []pubsub.Entry[string, any]{{Key: "a", Value: 1}, {Key: "b", Value: func() {}}, {Key: "c", Value: 3}}
 		pos, err := topic.PublishBatch(context.Background(), entries)
@@ -112,7 +112,7 @@ func TestPublishBatchEncodeErrorPublishesNothing(t *testing.T) {
 // however many times that takes, and loses nothing.
 func TestPublishBatchWaitsForRoomAsOftenAsNeeded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "t", codec.String(), codec.Int[int](),
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 4, BlockTimeout: time.Second}))
 		rec := pubsubtest.NewRecorder[int]()
@@ -133,7 +133,7 @@ func TestPublishBatchWaitsForRoomAsOftenAsNeeded(t *testing.T) {
 		if took := time.Since(start); took <= time.Second {
 			t.Errorf("the batch took %v; a consumer at 100ms a record needs more than 1s for it", took)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got := rec.Values(); len(got) != 50 {
 			t.Fatalf("got %d values, want 50", len(got))
 		}
@@ -153,7 +153,7 @@ func TestPublishBatchWaitsForRoomAsOftenAsNeeded(t *testing.T) {
 // are in the log, and the rest can be published again.
 func TestPublishBatchBackpressureReportsWhatWasPublished(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "t", codec.String(), codec.Int[int](),
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 3, BlockTimeout: time.Second}))
 		release := make(chan struct{})
@@ -182,7 +182,7 @@ func TestPublishBatchBackpressureReportsWhatWasPublished(t *testing.T) {
 		if pos, err := topic.PublishValues(context.Background(), []int{3, 4}); len(pos) != 2 || err != nil {
 			t.Fatalf("publishing the rest: got (%d positions, %v), want (2, nil)", len(pos), err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		mu.Lock()
 		defer mu.Unlock()
 		if fmt.Sprint(got) != "[0 1 2 3 4]" {
@@ -198,7 +198,7 @@ func TestPublishBatchBackpressureReportsWhatWasPublished(t *testing.T) {
 // context's error and the count of what made it.
 func TestPublishBatchStopsWithItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "t", codec.String(), codec.Int[int](),
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: time.Hour}))
 		release := make(chan struct{})
@@ -220,7 +220,7 @@ func TestPublishBatchStopsWithItsContext(t *testing.T) {
 // records and counts them.
 func TestPublishBatchDropOldestCountsWhatItSheds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "t", codec.String(), codec.Int[int](),
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 5, OnFull: pubsub.DropOldest}))
 		values := make([]int, 12)
@@ -237,7 +237,7 @@ func TestPublishBatchDropOldestCountsWhatItSheds(t *testing.T) {
 // batch with ErrInvalid before anything is appended.
 func TestPublishBatchBadPartitionerPublishesNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "t", codec.String(), codec.Int[int](), pubsub.WithPartitions(2), pubsub.WithPartitioner(badKeyPartitioner{}))
 		pos, err := topic.PublishBatch(context.Background(), []pubsub.Entry[string, int]{{Key: "ok"}, {Key: "bad"}})
 		wantNothingPublished(t, "PublishBatch with a bad partition", topic, pos, err, pubsub.ErrInvalid)
@@ -248,7 +248,7 @@ func TestPublishBatchBadPartitionerPublishesNothing(t *testing.T) {
 // empty batch publishes nothing and succeeds.
 func TestPublishBatchAfterClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "t", codec.String(), codec.Int[int]())
 		if pos, err := topic.PublishValues(context.Background(), nil); len(pos) != 0 || err != nil {
 			t.Fatalf("an empty batch: got (%d positions, %v), want (0, nil)", len(pos), err)

@@ -11,6 +11,7 @@ import (
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/internal/engine"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 // An engine that cannot deliver batches refuses a batch consumer with
@@ -23,7 +24,7 @@ func TestSubscribeBatchNeedsAnEngineWithBatches(t *testing.T) {
 			"without Batches":                 all,
 			"with Batches, no SubscribeBatch": all | engine.Batches,
 		} {
-			b := newBroker(t, pubsub.WithEngine(lesser{caps}))
+			b := pubsubtest.NewBroker(t, pubsub.WithEngine(lesser{caps}))
 			topic := mustTopic(t, b, "orders-"+name, codec.String(), codec.String())
 			_, err := topic.SubscribeBatch("g", "c", pubsub.BatchHandlerFunc[string](func(context.Context, []pubsub.Message[string]) error { return nil }))
 			wantErrIs(t, "SubscribeBatch on an engine "+name, err, pubsub.ErrInvalid)
@@ -39,8 +40,7 @@ func TestSubscribeBatchNeedsAnEngineWithBatches(t *testing.T) {
 // and nothing is committed; after Resume the wait starts again.
 func TestPauseDoesNotWaitForABatchWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		var (
 			mu sync.Mutex
 			at []time.Duration
@@ -51,7 +51,7 @@ func TestPauseDoesNotWaitForABatchWait(t *testing.T) {
 			defer mu.Unlock()
 			at = append(at, time.Since(start))
 			return nil
-		}), pubsub.WithBatchWait(10*time.Minute)) // less than drain's hour: no tie of timers
+		}), pubsub.WithBatchWait(10*time.Minute)) // less than drainHour's hour: no tie of timers
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +72,7 @@ func TestPauseDoesNotWaitForABatchWait(t *testing.T) {
 		if err := g.Resume(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		drainHour(t, b)
 		mu.Lock()
 		defer mu.Unlock()
 		if want := []time.Duration{time.Minute + 10*time.Minute}; !slices.Equal(at, want) {
@@ -86,8 +86,7 @@ func TestPauseDoesNotWaitForABatchWait(t *testing.T) {
 // letter.
 func TestBatchErrorOutsideTheBatchFailsTheFirstMessage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		mustPublishValue(t, topic, "a")
 		mustPublishValue(t, topic, "b")
 		g, err := topic.SubscribeBatch("g", "c", pubsub.BatchHandlerFunc[string](func(_ context.Context, msgs []pubsub.Message[string]) error {
@@ -96,7 +95,7 @@ func TestBatchErrorOutsideTheBatchFailsTheFirstMessage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		dl := g.DeadLetters()
 		if len(dl) != 2 || dl[0].Message.Value != "a" || dl[1].Message.Value != "b" {
 			t.Fatalf("dead letters: got %+v, want a then b, each failing alone", dl)
@@ -109,7 +108,7 @@ func TestBatchErrorOutsideTheBatchFailsTheFirstMessage(t *testing.T) {
 // call: the handler never gets an empty batch.
 func TestUndecodableHeadOfABatchCallsNoHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "orders", codec.String(), pickyStrings())
 		var sizes []int
 		g, err := topic.SubscribeBatch("g", "c", pubsub.BatchHandlerFunc[string](func(_ context.Context, msgs []pubsub.Message[string]) error {
@@ -128,7 +127,7 @@ func TestUndecodableHeadOfABatchCallsNoHandler(t *testing.T) {
 		if err := g.Resume(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if !slices.Equal(sizes, []int{1}) || len(g.DeadLetters()) != 1 {
 			t.Errorf("batch sizes %v and %d dead letters; want one batch of 1 (ok) and poison dead-lettered", sizes, len(g.DeadLetters()))
 		}

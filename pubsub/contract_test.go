@@ -77,8 +77,7 @@ func TestControlCallsTakeBackAnUnreadStreamDelivery(t *testing.T) {
 	for _, c := range calls {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
-				topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+				b, topic := newTopic(t, "tasks")
 				s := mustStream(t, topic, "workers", "w1")
 				mustPublishValue(t, topic, "t1")
 				synctest.Wait() // the delivery waits on C, unread
@@ -101,7 +100,7 @@ func TestControlCallsTakeBackAnUnreadStreamDelivery(t *testing.T) {
 					t.Errorf("after %s: got %q attempt %d, want t1 attempt 1 (taking it back is no attempt)", c.name, d.Value, d.Attempt)
 				}
 				d.Ack()
-				drain(t, b)
+				pubsubtest.Drain(t, b)
 				if err := s.Close(); err != nil {
 					t.Fatal(err)
 				}
@@ -150,8 +149,7 @@ func TestStreamThenReplayThenReadDoesNotHang(t *testing.T) {
 // nothing; Leave leaves. When the delivery is settled, each completes.
 func TestControlCallsWaitForAHeldDeliveryUntilCtxEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+		b, topic := newTopic(t, "tasks")
 		s := mustStream(t, topic, "workers", "w1")
 		g := s.Group()
 		mustPublishValue(t, topic, "t1")
@@ -189,7 +187,7 @@ func TestControlCallsWaitForAHeldDeliveryUntilCtxEnds(t *testing.T) {
 			t.Errorf("after Resume got %q, want t2", d.Value)
 		}
 		d.Ack()
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -260,7 +258,7 @@ func TestStartAt(t *testing.T) {
 		t.Run(tt.start.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				clock := pubsubtest.NewClock(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC))
-				b := newBroker(t, pubsub.WithClock(clock))
+				b := pubsubtest.NewBroker(t, pubsub.WithClock(clock))
 				topic := mustTopic(t, b, "events", codec.String(), codec.String())
 				for i := range 5 {
 					mustPublishValue(t, topic, fmt.Sprintf("v%d", i))
@@ -269,7 +267,7 @@ func TestStartAt(t *testing.T) {
 				var rec recorder[string]
 				mustSubscribe(t, topic, "g", "c1", &rec, pubsub.StartAt(tt.start))
 				mustPublishValue(t, topic, "new")
-				drain(t, b)
+				pubsubtest.Drain(t, b)
 				if got := rec.values(); !slices.Equal(got, tt.want) {
 					t.Errorf("StartAt(%v) delivered %v, want %v", tt.start, got, tt.want)
 				}
@@ -282,7 +280,7 @@ func TestStartAt(t *testing.T) {
 func TestReplayByTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clock := pubsubtest.NewClock(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC))
-		b := newBroker(t, pubsub.WithClock(clock))
+		b := pubsubtest.NewBroker(t, pubsub.WithClock(clock))
 		topic := mustTopic(t, b, "events", codec.String(), codec.String())
 		var rec recorder[string]
 		g := mustSubscribe(t, topic, "g", "c1", &rec)
@@ -290,11 +288,11 @@ func TestReplayByTime(t *testing.T) {
 			mustPublishValue(t, topic, fmt.Sprintf("v%d", i))
 			clock.Advance(time.Minute)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if err := b.Replay(context.Background(), "g", "events", pubsub.AtTime(time.Date(2026, 12, 3, 9, 2, 0, 0, time.UTC))); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got, want := rec.values(), []string{"v0", "v1", "v2", "v3", "v2", "v3"}; !slices.Equal(got, want) {
 			t.Errorf("delivered %v, want %v", got, want)
 		}
@@ -308,7 +306,7 @@ func TestReplayByTime(t *testing.T) {
 // again.
 func TestTopicKeyDecodesTheTypedKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "accounts", codec.Int[int64](), codec.String())
 		var keys []int64
 		var keyErr error
@@ -323,12 +321,12 @@ func TestTopicKeyDecodesTheTypedKey(t *testing.T) {
 		}))
 		mustPublish(t, topic, 42, "a")
 		mustPublish(t, topic, -7, "b")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if !slices.Equal(keys, []int64{42, -7}) {
 			t.Errorf("typed keys %v, want [42 -7]", keys)
 		}
 		mustPublishValue(t, topic, "keyless")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if !errors.Is(keyErr, pubsub.ErrInvalid) {
 			t.Errorf("Key of a keyless message: got %v, want ErrInvalid", keyErr)
 		}
@@ -340,7 +338,7 @@ func TestTopicKeyDecodesTheTypedKey(t *testing.T) {
 // made it.
 func TestErrorsSayLogbusOnceAndWrapASentinel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "orders", codec.String(), pickyStrings())
 		g := mustSubscribe(t, topic, "billing", "b1", &recorder[string]{})
 		var zero pubsub.Broker

@@ -8,22 +8,19 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
 	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 func TestOnePartitionAskedForIsValid(t *testing.T) {
-	b := newBroker(t)
-	topic := mustTopic(t, b, "t", codec.String(), codec.String(), pubsub.WithPartitions(1))
+	_, topic := newTopic(t, "t", pubsub.WithPartitions(1))
 	if n := topic.Partitions(); n != 1 {
 		t.Errorf("WithPartitions(1): %d partitions, want 1", n)
 	}
 }
 
 func TestARecordOfExactlyMaxBytesFits(t *testing.T) {
-	b := newBroker(t)
-	topic := mustTopic(t, b, "t", codec.String(), codec.String(),
+	_, topic := newTopic(t, "t",
 		pubsub.WithRetention(pubsub.Retention{MaxBytes: 8, OnFull: pubsub.DropOldest}))
 	mustPublish(t, topic, "key", "value") // 3 + 5 = 8 bytes
 	if s := topic.Stats(); s.RetainedBytes != 8 || s.Retained != 1 {
@@ -33,8 +30,7 @@ func TestARecordOfExactlyMaxBytesFits(t *testing.T) {
 
 func TestStreamCloseAfterBrokerCloseDoesNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "t", codec.String(), codec.String())
+		b, topic := newTopic(t, "t")
 		s := mustStream(t, topic, "g", "c")
 		if err := b.Close(context.Background()); err != nil {
 			t.Fatal(err)
@@ -49,13 +45,12 @@ func TestStreamCloseAfterBrokerCloseDoesNothing(t *testing.T) {
 // context already done.
 func TestRecorderWaitForExactlyWhatIsThere(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "t", codec.String(), codec.String())
+		b, topic := newTopic(t, "t")
 		rec := pubsubtest.NewRecorder[string]()
 		mustSubscribe(t, topic, "g", "c", rec)
 		mustPublishValue(t, topic, "a")
 		mustPublishValue(t, topic, "b")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel() // nothing may be waited for: two are there already
 		if err := rec.WaitFor(ctx, 2); err != nil {

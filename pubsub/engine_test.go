@@ -55,7 +55,7 @@ func TestOptionsAnEngineCannotHonourAreErrInvalid(t *testing.T) {
 // routing over an engine that claims nothing but what every engine has.
 func TestWithEngineRunsTheTypedAPI(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t, pubsub.WithEngine(lesser{}))
+		b := pubsubtest.NewBroker(t, pubsub.WithEngine(lesser{}))
 		if err := b.Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +68,7 @@ func TestWithEngineRunsTheTypedAPI(t *testing.T) {
 				t.Fatalf("alice landed on partition %d, want %d (CRC-32 routes above the engine)", pos.Partition, want)
 			}
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got := rec.values(); !slices.Equal(got, []int{0, 1, 2, 3, 4, 5, 6, 7}) {
 			t.Errorf("delivered %v, want 0..7 in order", got)
 		}

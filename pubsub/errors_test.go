@@ -11,6 +11,7 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 func nopHandler() pubsub.HandlerFunc[string] {
@@ -56,8 +57,7 @@ func TestSubscribeRejectsBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
-				tp := mustTopic(t, b, "orders", codec.String(), codec.String())
+				b, tp := newTopic(t, "orders")
 				mustPublishValue(t, tp, "x")
 				gotHandle, err := tt.join(tp)
 				if !errors.Is(err, tt.want) {
@@ -77,7 +77,7 @@ func TestSubscribeRejectsBadInput(t *testing.T) {
 				if asg := g.Assignment(); len(asg) != 1 || !slices.Equal(asg["c"], []int{0}) {
 					t.Errorf("assignment: got %v, want only c, owning partition 0", asg)
 				}
-				drain(t, b)
+				pubsubtest.Drain(t, b)
 				if got := rec.values(); !slices.Equal(got, []string{"x"}) {
 					t.Errorf("the valid consumer got %q, want [x]", got)
 				}
@@ -102,8 +102,7 @@ func TestSubscribeDuplicateConsumer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
-				tp := mustTopic(t, b, "orders", codec.String(), codec.String())
+				b, tp := newTopic(t, "orders")
 				var rec recorder[string]
 				var first *pubsub.Stream[string]
 				var g *pubsub.Group[string]
@@ -142,7 +141,7 @@ func TestSubscribeDuplicateConsumer(t *testing.T) {
 					}
 					d.Ack()
 				}
-				drain(t, b)
+				pubsubtest.Drain(t, b)
 				if !tt.firstStream {
 					if got := rec.values(); !slices.Equal(got, []string{"x"}) {
 						t.Errorf("the first consumer got %q, want [x]", got)
@@ -196,7 +195,7 @@ func TestNewTopicRejectsBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t, tt.brokerOpts...)
+				b := pubsubtest.NewBroker(t, tt.brokerOpts...)
 				if tt.brokerOpts != nil {
 					wantErrIs(t, "Broker.Err()", b.Err(), pubsub.ErrInvalid)
 				} else if err := b.Err(); err != nil {
@@ -229,8 +228,7 @@ func TestNewTopicRejectsBadInput(t *testing.T) {
 // that has it is unaffected.
 func TestNewTopicTwice(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		tp := mustTopic(t, b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2))
+		b, tp := newTopic(t, "orders", pubsub.WithPartitions(2))
 		if other, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String()); !errors.Is(err, pubsub.ErrTopicExists) || other != nil {
 			t.Errorf("same types: got (%v, %v), want (nil, ErrTopicExists)", other, err)
 		}
@@ -285,13 +283,12 @@ func TestUnknownNamesAndBadReplay(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
-				tp := mustTopic(t, b, "orders", codec.String(), codec.String())
+				b, tp := newTopic(t, "orders")
 				var rec recorder[string]
 				g := mustSubscribe(t, tp, "billing", "b1", &rec)
 				mustPublishValue(t, tp, "a")
 				mustPublishValue(t, tp, "b")
-				drain(t, b)
+				pubsubtest.Drain(t, b)
 				if err := tt.call(b, g); !errors.Is(err, tt.want) {
 					t.Fatalf("got error %v, want one wrapping %v", err, tt.want)
 				}
@@ -329,8 +326,7 @@ func TestSeekOutOfRange(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
-				tp := mustTopic(t, b, "orders", codec.String(), codec.String(),
+				b, tp := newTopic(t, "orders",
 					pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, OnFull: pubsub.DropOldest}))
 				for _, v := range []string{"e0", "e1", "e2", "e3"} {
 					mustPublishValue(t, tp, v)
@@ -338,7 +334,7 @@ func TestSeekOutOfRange(t *testing.T) {
 				// Retained: offsets 2 and 3; the end is 4.
 				var rec recorder[string]
 				g := mustSubscribe(t, tp, "billing", "b1", &rec)
-				drain(t, b)
+				pubsubtest.Drain(t, b)
 				if got := rec.values(); !slices.Equal(got, []string{"e2", "e3"}) {
 					t.Fatalf("delivered %q, want [e2 e3]", got)
 				}
@@ -364,7 +360,7 @@ func TestSeekOutOfRange(t *testing.T) {
 						t.Errorf("Seek(0, %d): got %v, want nil", off, err)
 					}
 				}
-				drain(t, b)
+				pubsubtest.Drain(t, b)
 				if got := rec.values(); !slices.Equal(got, []string{"e2", "e3", "e2", "e3"}) {
 					t.Errorf("after Seek(0, 2): delivered %q, want [e2 e3 e2 e3]", got)
 				}
@@ -433,8 +429,7 @@ func TestClosedBrokerRefusesNewWork(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
-				tp := mustTopic(t, b, "orders", codec.String(), codec.String())
+				b, tp := newTopic(t, "orders")
 				var rec recorder[string]
 				g := mustSubscribe(t, tp, "billing", "b1", &rec)
 				mustPublishValue(t, tp, "before")
@@ -460,8 +455,7 @@ func TestClosedBrokerRefusesNewWork(t *testing.T) {
 // ErrBackpressure after exactly BlockTimeout, having appended nothing.
 func TestPublishBackpressure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		tp := mustTopic(t, b, "jobs", codec.String(), codec.String(),
+		b, tp := newTopic(t, "jobs",
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, OnFull: pubsub.Block, BlockTimeout: 50 * time.Millisecond}))
 		release := make(chan struct{})
 		rec := recorder[string]{fail: func(context.Context, pubsub.Message[string]) error {
@@ -482,11 +476,11 @@ func TestPublishBackpressure(t *testing.T) {
 		}
 		// The group commits j1, which makes room: the next record takes offset 1.
 		close(release)
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if pos := mustPublishValue(t, tp, "j3"); pos.Offset != 1 {
 			t.Errorf("publish after the room appeared: got offset %d, want 1", pos.Offset)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got := rec.values(); !slices.Equal(got, []string{"j1", "j3"}) {
 			t.Errorf("delivered %q, want [j1 j3]", got)
 		}
@@ -502,8 +496,7 @@ func TestPublishBackpressure(t *testing.T) {
 // context's error, not ErrBackpressure, and appends nothing.
 func TestBlockedPublishHonoursItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		tp := mustTopic(t, b, "jobs", codec.String(), codec.String(),
+		_, tp := newTopic(t, "jobs",
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: time.Hour}))
 		release := make(chan struct{})
 		defer close(release)
@@ -530,8 +523,7 @@ func TestBlockedPublishHonoursItsContext(t *testing.T) {
 // begins, before Close waits for the groups to drain.
 func TestBlockedPublishFailsOnClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		tp := mustTopic(t, b, "jobs", codec.String(), codec.String(),
+		b, tp := newTopic(t, "jobs",
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: time.Hour}))
 		release := make(chan struct{})
 		mustSubscribe(t, tp, "workers", "w1", stuckHandler(release)) // holds j1
@@ -597,7 +589,7 @@ func TestFailedPublishAppendsNothing(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
+				b := pubsubtest.NewBroker(t)
 				tp := mustTopic(t, b, "orders", pickyStrings(), pickyStrings(),
 					pubsub.WithPartitions(2), pubsub.WithPartitioner(partitioner))
 				if pos := mustPublish(t, tp, "k", "first"); pos != (pubsub.Position{Partition: 0, Offset: 0}) {
@@ -627,7 +619,7 @@ func TestFailedPublishAppendsNothing(t *testing.T) {
 				}
 				var rec recorder[string]
 				mustSubscribe(t, tp, "billing", "b1", &rec)
-				drain(t, b)
+				pubsubtest.Drain(t, b)
 				if got := rec.values(); !slices.Equal(got, []string{"first", "second"}) {
 					t.Errorf("delivered %q, want [first second]", got)
 				}
@@ -639,8 +631,7 @@ func TestFailedPublishAppendsNothing(t *testing.T) {
 // A partitioner that picks a partition the topic does not have is named
 // in the error, with what it picked.
 func TestAPartitionOutOfRangeNamesThePartitioner(t *testing.T) {
-	b := newBroker(t)
-	tp := mustTopic(t, b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2),
+	_, tp := newTopic(t, "orders", pubsub.WithPartitions(2),
 		pubsub.WithPartitioner(partitionerFunc(func([]byte, int) int { return 2 })))
 	_, err := tp.Publish(context.Background(), "k", "v")
 	if !errors.Is(err, pubsub.ErrInvalid) || !strings.Contains(err.Error(), "partitioner chose partition 2 of 2") {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 // An error's text has one shape: "logbus: ", the operation with every name
@@ -17,7 +18,7 @@ import (
 // so counting their quoted forms tells a name said twice.
 func TestErrorTextsSayEachNameOnce(t *testing.T) {
 	ctx := context.Background()
-	b := newBroker(t)
+	b := pubsubtest.NewBroker(t)
 	ret := pubsub.Retention{MaxMessages: 1, BlockTimeout: time.Millisecond}
 	tp := mustTopic(t, b, "tq", codec.String(), codec.String(), pubsub.WithPartitions(2), pubsub.WithRetention(ret))
 	g := mustSubscribe(t, tp, "gq", "cq", nopHandler())

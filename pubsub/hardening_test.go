@@ -15,6 +15,7 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 // Close's drain waits for a group whose only consumer then leaves (by
@@ -29,8 +30,7 @@ func TestCloseSaysStalledWhenTheLastConsumerLeavesDuringTheDrain(t *testing.T) {
 	for how, committed := range map[string]int64{"Leave": 1, "Stream.Close": 0} {
 		t.Run(how, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
-				topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+				b, topic := newTopic(t, "orders")
 				release := make(chan struct{})
 				var leave func() error
 				switch how {
@@ -80,8 +80,7 @@ func TestCloseSaysStalledWhenTheLastConsumerLeavesDuringTheDrain(t *testing.T) {
 // (Close would then leave records behind without a reason to give).
 func TestSeekAndReplayWhileCloseDrainsFailWithErrClosed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		release := make(chan struct{})
 		rec := recorder[string]{fail: func(_ context.Context, m pubsub.Message[string]) error {
 			if m.Value == "2" {
@@ -113,8 +112,7 @@ func TestSeekAndReplayWhileCloseDrainsFailWithErrClosed(t *testing.T) {
 // nothing left behind it is nil, as a barrier should be.
 func TestDrainAfterCloseSaysClosedForWhatWasLeft(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		g := mustSubscribe(t, topic, "billing", "b1", nopHandler())
 		if err := g.Pause(context.Background()); err != nil {
 			t.Fatal(err)
@@ -127,7 +125,7 @@ func TestDrainAfterCloseSaysClosedForWhatWasLeft(t *testing.T) {
 			t.Errorf("Drain after Close: %v, want ErrClosed alone", err)
 		}
 
-		clean := newBroker(t)
+		clean := pubsubtest.NewBroker(t)
 		mustTopic(t, clean, "orders", codec.String(), codec.String())
 		if err := clean.Close(context.Background()); err != nil {
 			t.Fatal(err)
@@ -207,8 +205,7 @@ func TestNilAndMeaninglessOptionsAreErrInvalid(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
-				topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+				b, topic := newTopic(t, "orders")
 				err := func() (err error) {
 					defer func() {
 						if v := recover(); v != nil {
@@ -236,7 +233,7 @@ func TestNilAndMeaninglessOptionsAreErrInvalid(t *testing.T) {
 func TestDeadLetterLimitZeroKeepsNone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ev := &events{}
-		b := newBroker(t, pubsub.WithHooks(ev))
+		b := pubsubtest.NewBroker(t, pubsub.WithHooks(ev))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		fail := pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
 			return fmt.Errorf("no: %w", pubsub.ErrPermanent)
@@ -244,7 +241,7 @@ func TestDeadLetterLimitZeroKeepsNone(t *testing.T) {
 		g := mustSubscribe(t, topic, "billing", "b1", fail, pubsub.WithDeadLetterLimit(0))
 		mustPublishValue(t, topic, "1")
 		mustPublishValue(t, topic, "2")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if st := g.Stats(); st.DeadLettered != 2 || st.DeadLettersEvicted != 2 {
 			t.Errorf("stats %+v, want 2 dead-lettered and 2 evicted", st)
 		}
@@ -271,8 +268,7 @@ func TestHeadersCountTowardMaxBytes(t *testing.T) {
 	// not fit in 20, where two without headers (4 bytes) would.
 	t.Run("DropOldest evicts by header bytes", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b := newBroker(t)
-			topic := mustTopic(t, b, "t", codec.String(), codec.String(),
+			_, topic := newTopic(t, "t",
 				pubsub.WithRetention(pubsub.Retention{MaxBytes: 20, OnFull: pubsub.DropOldest}))
 			mustSubscribe(t, topic, "g", "c", nopHandler())
 			mustPublish(t, topic, "k", "v", trace)
@@ -287,8 +283,7 @@ func TestHeadersCountTowardMaxBytes(t *testing.T) {
 	})
 	t.Run("Block waits for room by header bytes", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b := newBroker(t)
-			topic := mustTopic(t, b, "t", codec.String(), codec.String(),
+			_, topic := newTopic(t, "t",
 				pubsub.WithRetention(pubsub.Retention{MaxBytes: 20, BlockTimeout: time.Second}))
 			release := make(chan struct{})
 			rec := recorder[string]{fail: func(context.Context, pubsub.Message[string]) error {
@@ -306,8 +301,7 @@ func TestHeadersCountTowardMaxBytes(t *testing.T) {
 		})
 	})
 	t.Run("a record whose headers alone exceed MaxBytes is refused", func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "t", codec.String(), codec.String(),
+		_, topic := newTopic(t, "t",
 			pubsub.WithRetention(pubsub.Retention{MaxBytes: 16}))
 		pos, err := topic.Publish(context.Background(), "k", "v", trace)
 		wantErrIs(t, "a 17-byte record into MaxBytes 16", err, pubsub.ErrInvalid)
@@ -327,8 +321,7 @@ func TestHeadersCountTowardMaxBytes(t *testing.T) {
 // each partition a few KiB for its worker and bookkeeping.
 func TestBatchConsumerMemoryFollowsWhatItReads(t *testing.T) {
 	const partitions = 1024
-	b := newBroker(t)
-	topic := mustTopic(t, b, "t", codec.String(), codec.String(), pubsub.WithPartitions(partitions))
+	_, topic := newTopic(t, "t", pubsub.WithPartitions(partitions))
 	batch := pubsub.BatchHandlerFunc[string](func(context.Context, []pubsub.Message[string]) error { return nil })
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
@@ -384,7 +377,7 @@ func TestAHandlerPublishingIntoItsOwnFullPartition(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
+				b := pubsubtest.NewBroker(t)
 				ret := tt.ret
 				ret.MaxMessages, ret.BlockTimeout = 2, timeout
 				topic := mustTopic(t, b, "orders", codec.String(), codec.String(), pubsub.WithRetention(ret))
@@ -443,7 +436,7 @@ func TestAHandlerPublishingIntoItsOwnFullPartition(t *testing.T) {
 				case !tt.wantFast && r.waited != timeout:
 					t.Errorf("the publish failed after %v, want the BlockTimeout, %v", r.waited, timeout)
 				}
-				drain(t, b)
+				pubsubtest.Drain(t, b)
 				if st := topic.Stats(); st.TimedOut != 1 || st.Published != 2 {
 					t.Errorf("stats %+v, want 2 published and 1 timed out", st)
 				}

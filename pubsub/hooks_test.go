@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -119,7 +120,7 @@ func (e *events) OnClose(c pubsub.CloseEvent) { e.add("close took=%v err=%v", c.
 func TestPublishHooksSeeRecordsAndCarryHeaders(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ev := &events{header: "abc"}
-		b := newBroker(t, pubsub.WithHooks(ev))
+		b := pubsubtest.NewBroker(t, pubsub.WithHooks(ev))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		var rec recorder[string]
 		mustSubscribe(t, topic, "billing", "b1", &rec)
@@ -127,7 +128,7 @@ func TestPublishHooksSeeRecordsAndCarryHeaders(t *testing.T) {
 		if _, err := topic.PublishBatch(context.Background(), []pubsub.Entry[string, string]{{Key: "bob", Value: "x"}, {Key: "carol", Value: "y"}}); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		want := []string{
 			"publish orders/0 key=alice size=9 batch=0",
 			"published orders/0@0 err=false ctx=from OnPublish",
@@ -160,7 +161,7 @@ func TestPublishHooksSeeRecordsAndCarryHeaders(t *testing.T) {
 func TestDeliveryHooksSeeAttemptsOutcomesAndDurations(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ev := &events{}
-		b := newBroker(t, pubsub.WithHooks(ev), pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Second}))
+		b := pubsubtest.NewBroker(t, pubsub.WithHooks(ev), pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Second}))
 		topic := mustTopic(t, b, "orders", codec.String(), pickyStrings())
 		var sawCtx []any
 		mustSubscribe(t, topic, "billing", "b1", pubsub.HandlerFunc[string](func(ctx context.Context, m pubsub.Message[string]) error {
@@ -179,7 +180,7 @@ func TestDeliveryHooksSeeAttemptsOutcomesAndDurations(t *testing.T) {
 		for _, v := range []string{"ok", "flaky", "permanent", "boom", "poison"} {
 			mustPublish(t, topic, "k", v)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		want := []string{
 			"deliver billing/orders/0@0 attempt=1 consumer=b1 trace=",
 			"delivered billing@0 attempt=1 acked took=5ms",
@@ -218,7 +219,7 @@ func TestDeliveryHooksSeeAttemptsOutcomesAndDurations(t *testing.T) {
 func TestRebalanceHook(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ev := &events{}
-		b := newBroker(t, pubsub.WithHooks(ev))
+		b := pubsubtest.NewBroker(t, pubsub.WithHooks(ev))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2))
 		h := pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil })
 		g := mustSubscribe(t, topic, "billing", "b1", h)
@@ -244,7 +245,7 @@ func TestRetentionHooks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ev := &events{}
 		clock := pubsubtest.NewClock(time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC))
-		b := newBroker(t, pubsub.WithHooks(ev), pubsub.WithClock(clock))
+		b := pubsubtest.NewBroker(t, pubsub.WithHooks(ev), pubsub.WithClock(clock))
 		h := pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil })
 
 		full := mustTopic(t, b, "full", codec.String(), codec.String(),
@@ -295,7 +296,7 @@ func TestRetentionHooks(t *testing.T) {
 		if err := g.Resume(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 	})
 }
 
@@ -303,7 +304,7 @@ func TestRetentionHooks(t *testing.T) {
 func TestCloseHook(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ev := &events{}
-		b := newBroker(t, pubsub.WithHooks(ev))
+		b := pubsubtest.NewBroker(t, pubsub.WithHooks(ev))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		mustSubscribe(t, topic, "g", "c", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
 			time.Sleep(time.Second)
@@ -337,12 +338,12 @@ func TestPanickingHookIsRecoveredAndLogged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		logs := &logRecorder{}
 		ev := &events{}
-		b := newBroker(t, pubsub.WithHooks(panicky{}, ev), pubsub.WithLogger(logs.logger()))
+		b := pubsubtest.NewBroker(t, pubsub.WithHooks(panicky{}, ev), pubsub.WithLogger(logs.logger()))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		var rec recorder[string]
 		g := mustSubscribe(t, topic, "billing", "b1", &rec)
 		mustPublish(t, topic, "k", "v")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if n := len(rec.calls()); n != 1 {
 			t.Errorf("handler called %d times, want once", n)
 		}
@@ -413,7 +414,7 @@ func (s *snapshotter) OnDrop(pubsub.TrimEvent)             { s.read() }
 func TestHooksMayReadTheSnapshot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := &snapshotter{}
-		b := newBroker(t, pubsub.WithHooks(s))
+		b := pubsubtest.NewBroker(t, pubsub.WithHooks(s))
 		s.b = b
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String(),
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, OnFull: pubsub.DropOldest}))
@@ -428,7 +429,7 @@ func TestHooksMayReadTheSnapshot(t *testing.T) {
 		if err := g.Resume(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		// rebalance, 2 published, 1 drop, 1 skip, 1 delivered, 1 dead letter
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -443,7 +444,7 @@ func TestHooksMayReadTheSnapshot(t *testing.T) {
 func TestDeliveryHooksOnAStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ev := &events{}
-		b := newBroker(t, pubsub.WithHooks(ev))
+		b := pubsubtest.NewBroker(t, pubsub.WithHooks(ev))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		s := mustStream(t, topic, "billing", "b1")
 		mustPublish(t, topic, "k", "1")
@@ -466,7 +467,7 @@ func TestDeliveryHooksOnAStream(t *testing.T) {
 		if _, err := topic.Subscribe("billing", "b2", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil })); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 	})
 }
 
@@ -492,7 +493,7 @@ func TestPublishedHookKnowsTheMessageID(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ids := &publishedIDs{}
-				b := newBroker(t, append(opts, pubsub.WithHooks(ids))...)
+				b := pubsubtest.NewBroker(t, append(opts, pubsub.WithHooks(ids))...)
 				topic := mustTopic(t, b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2))
 				var rec recorder[string]
 				mustSubscribe(t, topic, "g", "c", &rec)
@@ -500,7 +501,7 @@ func TestPublishedHookKnowsTheMessageID(t *testing.T) {
 				if _, err := topic.PublishValues(context.Background(), []string{"2", "3"}); err != nil {
 					t.Fatal(err)
 				}
-				drain(t, b)
+				pubsubtest.Drain(t, b)
 				var delivered []string
 				for _, m := range rec.calls() {
 					delivered = append(delivered, m.ID)
@@ -535,7 +536,7 @@ func (g *gauge) lag() int64 {
 func TestNewBrokerHookGetsTheBroker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := &gauge{}
-		b := newBroker(t, pubsub.WithHooks(g))
+		b := pubsubtest.NewBroker(t, pubsub.WithHooks(g))
 		if g.b != b {
 			t.Fatalf("OnNewBroker got %p, want the broker NewBroker returned (%p)", g.b, b)
 		}
@@ -551,7 +552,7 @@ func TestNewBrokerHookGetsTheBroker(t *testing.T) {
 		if err := grp.Resume(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 	})
 }
 
@@ -562,7 +563,7 @@ func TestNewBrokerHookGetsTheBroker(t *testing.T) {
 func TestDeliveryHooksOnABatchConsumer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ev := &events{}
-		b := newBroker(t, pubsub.WithHooks(ev), pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Second}))
+		b := pubsubtest.NewBroker(t, pubsub.WithHooks(ev), pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Second}))
 		topic := mustTopic(t, b, "orders", codec.String(), pickyStrings())
 		g, err := topic.SubscribeBatch("billing", "b1", pubsub.BatchHandlerFunc[string](func(ctx context.Context, msgs []pubsub.Message[string]) error {
 			if ctx.Value(ctxKey{}) != "from OnDeliver" {
@@ -587,7 +588,7 @@ func TestDeliveryHooksOnABatchConsumer(t *testing.T) {
 		if err := g.Resume(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		want := []string{
 			"deliver billing/orders/0@0 attempt=1 consumer=b1 trace=",
 			"deliver billing/orders/0@1 attempt=1 consumer=b1 trace=",
@@ -614,7 +615,7 @@ func TestDeliveryHooksOnABatchConsumer(t *testing.T) {
 func TestPublishedHooksOfABatchThatStopsPartWay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ev := &events{}
-		b := newBroker(t, pubsub.WithHooks(ev))
+		b := pubsubtest.NewBroker(t, pubsub.WithHooks(ev))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String(),
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: time.Second}))
 		var rec recorder[string]
@@ -684,7 +685,7 @@ func TestDeliveryHooksReadABatchError(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				res := &results{got: map[string]pubsub.DeliveryResult{}}
-				b := newBroker(t, pubsub.WithHooks(res))
+				b := pubsubtest.NewBroker(t, pubsub.WithHooks(res))
 				topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 				for _, v := range []string{"1", "2"} {
 					mustPublish(t, topic, "k", v)
@@ -700,7 +701,7 @@ func TestDeliveryHooksReadABatchError(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				drain(t, b)
+				pubsubtest.Drain(t, b)
 				first, second := res.of(0, 1), res.of(1, 1)
 				if first.Outcome != pubsub.OutcomeFailed || !tc.wantErr(first.Err) {
 					t.Errorf("offset 0, attempt 1: %v with %v; want failed with the right error", first.Outcome, first.Err)
@@ -719,7 +720,7 @@ func TestSnapshotCallsADeliveryStuckAtTheThreshold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const after = 2 * time.Second
 		stuck := make(chan pubsub.StuckEvent, 1)
-		b := newBroker(t, pubsub.WithStuckAfter(after), pubsub.WithHooks(stuckHook(stuck)))
+		b := pubsubtest.NewBroker(t, pubsub.WithStuckAfter(after), pubsub.WithHooks(stuckHook(stuck)))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		release := make(chan struct{})
 		mustSubscribe(t, topic, "billing", "b1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
@@ -743,5 +744,97 @@ type stuckHook chan pubsub.StuckEvent
 func (h stuckHook) OnStuck(e pubsub.StuckEvent) {
 	if !e.Returned {
 		h <- e
+	}
+}
+
+// One scenario raises every hook: a hook implementing every Hook
+// interface (pubsub.HookCalls, checked against the broker's table of
+// them) sees each of its methods called at least once, the two kinds of
+// backpressure event and a stuck handler's return included. A new Hook
+// interface fails this until HookCalls implements it and the scenario
+// raises it.
+func TestOneScenarioRaisesEveryHook(t *testing.T) {
+	calls := &pubsub.HookCalls{}
+	ifaces := pubsub.HookInterfaces()
+	for _, iface := range ifaces {
+		if !reflect.TypeOf(calls).Implements(iface) {
+			t.Fatalf("pubsub.HookCalls does not implement %v", iface)
+		}
+	}
+	synctest.Test(t, func(t *testing.T) {
+		b := pubsubtest.NewBroker(t, pubsub.WithHooks(calls), pubsub.WithStuckAfter(time.Second))
+		// Publish, deliver and rebalance; a retry, a dead letter, and a
+		// handler stuck past WithStuckAfter that then returns.
+		orders := mustTopic(t, b, "orders", codec.String(), codec.String())
+		failed := false
+		mustSubscribe(t, orders, "billing", "b1", pubsub.HandlerFunc[string](func(_ context.Context, m pubsub.Message[string]) error {
+			switch m.Value {
+			case "flaky":
+				if !failed {
+					failed = true
+					return errBoom
+				}
+			case "poison":
+				return fmt.Errorf("poison: %w", pubsub.ErrPermanent)
+			case "slow":
+				time.Sleep(3 * time.Second) // virtual time: past the threshold
+			}
+			return nil
+		}))
+		for _, v := range []string{"flaky", "poison", "slow"} {
+			mustPublish(t, orders, "k", v)
+		}
+		pubsubtest.Drain(t, b)
+
+		// Backpressure: a producer waits on a full Block partition, then
+		// gives up.
+		full := mustTopic(t, b, "full", codec.String(), codec.String(),
+			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: time.Second}))
+		paused := mustSubscribe(t, full, "slow", "s1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil }))
+		if err := paused.Pause(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		mustPublish(t, full, "k", "1")
+		if _, err := full.Publish(context.Background(), "k", "2"); !errors.Is(err, pubsub.ErrBackpressure) {
+			t.Fatalf("Publish to a full partition: %v, want ErrBackpressure", err)
+		}
+		if err := paused.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+
+		// Drops, and a skip for the group that lost records to them.
+		shed := mustTopic(t, b, "shed", codec.String(), codec.String(),
+			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, OnFull: pubsub.DropOldest}))
+		late := mustSubscribe(t, shed, "late", "l1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil }))
+		if err := late.Pause(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		mustPublish(t, shed, "k", "1")
+		mustPublish(t, shed, "k", "2")
+		if err := late.Resume(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+
+		// Expiry: records past MaxAge are trimmed by the next publish.
+		old := mustTopic(t, b, "old", codec.String(), codec.String(), pubsub.WithRetention(pubsub.Retention{MaxAge: time.Minute}))
+		mustPublish(t, old, "k", "1")
+		time.Sleep(2 * time.Minute) // virtual time: the record's age
+		mustPublish(t, old, "k", "2")
+
+		pubsubtest.Drain(t, b)
+		if err := b.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	called := calls.Called()
+	for _, iface := range ifaces {
+		if name := iface.Method(0).Name; called[name] == 0 {
+			t.Errorf("%v: %s never called; called: %v", iface, name, called)
+		}
+	}
+	for _, kind := range []string{"OnBackpressure wait", "OnBackpressure timeout", "OnStuck returned"} {
+		if called[kind] == 0 {
+			t.Errorf("%s never called; called: %v", kind, called)
+		}
 	}
 }

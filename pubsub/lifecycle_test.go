@@ -14,6 +14,7 @@ import (
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/internal/engine"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 // plain is the in-memory engine with none of the optional abilities of
@@ -79,7 +80,7 @@ func deadLettered(t *testing.T, b *pubsub.Broker, topic *pubsub.Topic[string, st
 	for i := range n {
 		mustPublishValue(t, topic, fmt.Sprint(i))
 	}
-	drain(t, b)
+	pubsubtest.Drain(t, b)
 	return g
 }
 
@@ -98,7 +99,7 @@ func TestLatestDeadLettersDecodesOnlyTheNewest(t *testing.T) {
 	for name, eng := range map[string]pubsub.Engine{"in-memory": pubsub.InMemory(), "an engine that cannot page": plain{}} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t, pubsub.WithEngine(eng))
+				b := pubsubtest.NewBroker(t, pubsub.WithEngine(eng))
 				var decodes atomic.Int64
 				topic := mustTopic(t, b, "orders", codec.String(), countingStrings(&decodes))
 				g := deadLettered(t, b, topic, 10)
@@ -119,7 +120,7 @@ func TestLatestDeadLettersDecodesOnlyTheNewest(t *testing.T) {
 // the engine cannot, and change nothing; Ping is nil.
 func TestLifecycleOnAnEngineWithoutTheAbilities(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t, pubsub.WithEngine(plain{}))
+		b := pubsubtest.NewBroker(t, pubsub.WithEngine(plain{}))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		g := deadLettered(t, b, topic, 2)
 		for name, tc := range map[string]struct {
@@ -144,7 +145,7 @@ func TestLifecycleOnAnEngineWithoutTheAbilities(t *testing.T) {
 			t.Errorf("%d dead letters, want both still there", n)
 		}
 		mustPublishValue(t, topic, "2")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if n := len(g.DeadLetters()); n != 3 {
 			t.Errorf("the group after the refused DeleteGroup: %d dead letters, want 3 (it still consumes)", n)
 		}
@@ -156,13 +157,13 @@ func TestLifecycleOnAnEngineWithoutTheAbilities(t *testing.T) {
 // a topic created again under the name is listed afresh.
 func TestPartialSnapshotForgetsDeletedGroupsAndTopics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t, pubsub.WithEngine(plain{deletes: true}))
+		b := pubsubtest.NewBroker(t, pubsub.WithEngine(plain{deletes: true}))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		var rec recorder[string]
 		mustSubscribe(t, topic, "billing", "b1", &rec)
 		mustSubscribe(t, topic, "audit", "a1", &rec)
 		mustPublishValue(t, topic, "a")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		groups := func() []string {
 			s := b.Snapshot()
 			if !s.Partial {
@@ -223,7 +224,7 @@ func (e pingingEngine) Ping(context.Context) error {
 func TestPingReportsTheEnginesAnswerUntilClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var calls atomic.Int64
-		b := newBroker(t, pubsub.WithEngine(pinging{err: fmt.Errorf("%w: no quorum", pubsub.ErrUnavailable), calls: &calls}))
+		b := pubsubtest.NewBroker(t, pubsub.WithEngine(pinging{err: fmt.Errorf("%w: no quorum", pubsub.ErrUnavailable), calls: &calls}))
 		err := b.Ping(context.Background())
 		if !errors.Is(err, pubsub.ErrUnavailable) || !strings.HasPrefix(fmt.Sprint(err), "logbus: ping: ") {
 			t.Errorf("Ping: got %v, want ErrUnavailable behind \"logbus: ping: \"", err)
@@ -243,8 +244,7 @@ func TestPingReportsTheEnginesAnswerUntilClose(t *testing.T) {
 // A nil ctx is ErrInvalid for every lifecycle call.
 func TestLifecycleCallsRefuseANilContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		g := mustSubscribe(t, topic, "billing", "b1", &recorder[string]{})
 		var nilCtx context.Context
 		_, discardErr := g.DiscardDeadLetters(nilCtx, nil)
@@ -276,7 +276,7 @@ func TestLifecycleCallsAreLogged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		logs := &logRecorder{level: slog.LevelInfo}
 		ev := &events{}
-		b := newBroker(t, pubsub.WithLogger(logs.logger()), pubsub.WithHooks(ev))
+		b := pubsubtest.NewBroker(t, pubsub.WithLogger(logs.logger()), pubsub.WithHooks(ev))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		g := deadLettered(t, b, topic, 2)
 		if n, err := g.DiscardDeadLetters(context.Background(), nil); n != 2 || err != nil {
@@ -318,8 +318,7 @@ func TestLifecycleCallsAreLogged(t *testing.T) {
 // had not received is not handed over, and Close is then nil.
 func TestDeleteGroupClosesAStreamWithADeliveryWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		s, err := topic.Stream("billing", "b1")
 		if err != nil {
 			t.Fatal(err)

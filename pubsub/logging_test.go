@@ -15,6 +15,7 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 // logRecorder is a slog.Handler that keeps every record, its attributes
@@ -77,7 +78,7 @@ func (l *logRecorder) messages() []string {
 func TestLoggerLevels(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		logs := &logRecorder{level: slog.LevelInfo}
-		b := newBroker(t, pubsub.WithLogger(logs.logger()), pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 2}))
+		b := pubsubtest.NewBroker(t, pubsub.WithLogger(logs.logger()), pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 2}))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		g := mustSubscribe(t, topic, "billing", "b1", pubsub.HandlerFunc[string](func(_ context.Context, m pubsub.Message[string]) error {
 			switch m.Value {
@@ -91,7 +92,7 @@ func TestLoggerLevels(t *testing.T) {
 		mustPublish(t, topic, "k", "ok")
 		mustPublish(t, topic, "k", "bad")
 		mustPublish(t, topic, "k", "boom")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if err := g.Pause(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +102,7 @@ func TestLoggerLevels(t *testing.T) {
 		if err := g.Resume(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if err := b.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +154,7 @@ func TestLoggerLevels(t *testing.T) {
 func TestLoggerDebugAndRateLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		logs := &logRecorder{level: slog.LevelDebug}
-		b := newBroker(t, pubsub.WithLogger(logs.logger()), pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 2}))
+		b := pubsubtest.NewBroker(t, pubsub.WithLogger(logs.logger()), pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 2}))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		mustSubscribe(t, topic, "billing", "b1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
 			return errors.New("always")
@@ -161,7 +162,7 @@ func TestLoggerDebugAndRateLimit(t *testing.T) {
 		for i := range 10 {
 			mustPublish(t, topic, "k", fmt.Sprint(i))
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if n := len(logs.find("logbus: delivery failed, retrying")); n != 10 {
 			t.Errorf("%d retries logged at Debug, want 10", n)
 		}
@@ -170,7 +171,7 @@ func TestLoggerDebugAndRateLimit(t *testing.T) {
 		}
 		time.Sleep(2 * time.Second)
 		mustPublish(t, topic, "k", "later")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		dl := logs.find("logbus: dead-lettered")
 		if len(dl) != 2 || dl[1].attrs["not_logged"] != "9" {
 			t.Errorf("dead-letter records %v, want a second one saying 9 were not logged", dl)
@@ -185,7 +186,7 @@ func TestStuckHandlerIsReported(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ev := &events{}
 		logs := &logRecorder{level: slog.LevelInfo}
-		b := newBroker(t, pubsub.WithHooks(ev), pubsub.WithLogger(logs.logger()), pubsub.WithStuckAfter(2*time.Second))
+		b := pubsubtest.NewBroker(t, pubsub.WithHooks(ev), pubsub.WithLogger(logs.logger()), pubsub.WithStuckAfter(2*time.Second))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2))
 		release := make(chan struct{})
 		mustSubscribe(t, topic, "billing", "b1", pubsub.HandlerFunc[string](func(_ context.Context, m pubsub.Message[string]) error {
@@ -217,7 +218,7 @@ func TestStuckHandlerIsReported(t *testing.T) {
 			t.Errorf("stuck log %v, want one Warn", got)
 		}
 		close(release)
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		time.Sleep(time.Second)
 		synctest.Wait()
 		if got := ev.with("stuck"); len(got) != 2 || !strings.HasSuffix(got[1], "returned=true") ||
@@ -316,7 +317,7 @@ func TestStuckWatchdogInRealTime(t *testing.T) {
 func TestBackpressureIsLoggedAtDebugUntilItGivesUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		logs := &logRecorder{level: slog.LevelDebug}
-		b := newBroker(t, pubsub.WithLogger(logs.logger()))
+		b := pubsubtest.NewBroker(t, pubsub.WithLogger(logs.logger()))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String(),
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: time.Second}))
 		release := make(chan struct{})
@@ -330,7 +331,7 @@ func TestBackpressureIsLoggedAtDebugUntilItGivesUp(t *testing.T) {
 			close(release)
 		}()
 		mustPublish(t, topic, "k", "2") // waits half a second, then fits
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if waits := logs.find("logbus: partition full, publish waiting"); len(waits) != 1 || waits[0].level != "DEBUG" {
 			t.Errorf("waiting publishes logged %v, want one at Debug", waits)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -21,11 +22,15 @@ type observer struct {
 	stuck time.Duration
 	log   *slog.Logger // nil: nothing is logged
 
-	// What the typed layer must wrap: publishes when a publish hook
-	// exists, deliveries when a delivery hook or a logger (for panics)
-	// does; timed when some hook wants durations.
-	publishes, delivers, timed bool
+	// What the typed layer must wrap, derived from the hooks table:
+	// publishes when a hook of the publish path exists, deliveries when
+	// one of the delivery path or a logger (for panics) does; timed when
+	// some hook wants durations. engine: the engine is given the observer
+	// (a hook of an engine event, or a logger).
+	publishes, delivers, timed, engine bool
 
+	// One list per Hook interface, each in the order given to WithHooks.
+	// slots is the table that fills them.
 	publish      []HookPublish
 	published    []HookPublished
 	deliver      []HookDeliver
@@ -44,6 +49,66 @@ type observer struct {
 	warns limiter // rate-limits the Warn records that can flood
 }
 
+// raisedBy says where the events of a Hook interface are raised, and so
+// which path must be wrapped (or the engine told) when one is hooked.
+type raisedBy uint8
+
+const (
+	byBroker   raisedBy = iota // NewBroker and Close raise them: nothing to wrap
+	byPublish                  // the typed layer's publish path, wrapped when hooked
+	byDelivery                 // the typed layer's delivery path, wrapped when hooked
+	byEngine                   // the engine, through Observe, given the observer when hooked
+)
+
+// hookSlot is one Hook interface in the table: how a hook joins its list,
+// and where its events are raised.
+type hookSlot struct {
+	iface reflect.Type // the Hook interface, for the tests
+	by    raisedBy
+	add   func(h Hook) bool // appends h to the list when it implements the interface
+	used  func() bool       // whether the list holds a hook
+}
+
+// slot is the hookSlot of the Hook interface H, whose hooks list holds.
+func slot[H any](list *[]H, by raisedBy) hookSlot {
+	return hookSlot{
+		iface: reflect.TypeFor[H](),
+		by:    by,
+		add: func(h Hook) bool {
+			x, ok := h.(H)
+			if ok {
+				*list = append(*list, x)
+			}
+			return ok
+		},
+		used: func() bool { return len(*list) > 0 },
+	}
+}
+
+// slots is the table of every Hook interface, each with o's list for it:
+// adding a Hook interface is adding its line here (and a list above, and
+// the call that raises it). The tests check that the table covers every
+// Hook interface hooks.go declares, that each place raises exactly the
+// hooks its lines name, and that one scenario raises them all.
+func (o *observer) slots() []hookSlot {
+	return []hookSlot{
+		slot(&o.newBroker, byBroker),
+		slot(&o.publish, byPublish),
+		slot(&o.published, byPublish),
+		slot(&o.deliver, byDelivery),
+		slot(&o.delivered, byDelivery),
+		slot(&o.retry, byEngine),
+		slot(&o.deadLetter, byEngine),
+		slot(&o.rebalance, byEngine),
+		slot(&o.backpressure, byEngine),
+		slot(&o.drop, byEngine),
+		slot(&o.expire, byEngine),
+		slot(&o.skip, byEngine),
+		slot(&o.stuckHooks, byEngine),
+		slot(&o.close, byBroker),
+	}
+}
+
 // newObserver sorts hooks by kind. It returns nil when nothing observes,
 // and an error wrapping ErrInvalid for a hook that implements no Hook
 // interface.
@@ -52,56 +117,25 @@ func newObserver(hooks []Hook, log *slog.Logger, stuck time.Duration) (*observer
 		return nil, nil
 	}
 	o := &observer{stuck: stuck, log: log}
+	slots := o.slots()
 	for i, h := range hooks {
 		known := false
-		if x, ok := h.(HookPublish); ok {
-			o.publish, known = append(o.publish, x), true
-		}
-		if x, ok := h.(HookPublished); ok {
-			o.published, known = append(o.published, x), true
-		}
-		if x, ok := h.(HookDeliver); ok {
-			o.deliver, known = append(o.deliver, x), true
-		}
-		if x, ok := h.(HookDelivered); ok {
-			o.delivered, known = append(o.delivered, x), true
-		}
-		if x, ok := h.(HookRetry); ok {
-			o.retry, known = append(o.retry, x), true
-		}
-		if x, ok := h.(HookDeadLetter); ok {
-			o.deadLetter, known = append(o.deadLetter, x), true
-		}
-		if x, ok := h.(HookRebalance); ok {
-			o.rebalance, known = append(o.rebalance, x), true
-		}
-		if x, ok := h.(HookBackpressure); ok {
-			o.backpressure, known = append(o.backpressure, x), true
-		}
-		if x, ok := h.(HookDrop); ok {
-			o.drop, known = append(o.drop, x), true
-		}
-		if x, ok := h.(HookExpire); ok {
-			o.expire, known = append(o.expire, x), true
-		}
-		if x, ok := h.(HookSkip); ok {
-			o.skip, known = append(o.skip, x), true
-		}
-		if x, ok := h.(HookStuck); ok {
-			o.stuckHooks, known = append(o.stuckHooks, x), true
-		}
-		if x, ok := h.(HookClose); ok {
-			o.close, known = append(o.close, x), true
-		}
-		if x, ok := h.(HookNewBroker); ok {
-			o.newBroker, known = append(o.newBroker, x), true
+		for _, s := range slots {
+			known = s.add(h) || known
 		}
 		if !known {
 			return nil, fmt.Errorf("%w: WithHooks: hook %d (%T) implements no Hook interface", ErrInvalid, i, h)
 		}
 	}
-	o.publishes = len(o.publish)+len(o.published) > 0
-	o.delivers = len(o.deliver)+len(o.delivered) > 0 || log != nil
+	for _, s := range slots {
+		if s.used() {
+			o.publishes = o.publishes || s.by == byPublish
+			o.delivers = o.delivers || s.by == byDelivery
+			o.engine = o.engine || s.by == byEngine
+		}
+	}
+	o.delivers = o.delivers || log != nil
+	o.engine = o.engine || log != nil
 	o.timed = len(o.delivered) > 0
 	return o, nil
 }
@@ -109,8 +143,7 @@ func newObserver(hooks []Hook, log *slog.Logger, stuck time.Duration) (*observer
 // engineObserver is what the engine is given: the observer when something
 // listens to the engine's events, else nil, so the engine pays nothing.
 func (o *observer) engineObserver() engine.Observer {
-	if o == nil || o.log == nil && len(o.retry)+len(o.deadLetter)+len(o.rebalance)+len(o.backpressure)+
-		len(o.drop)+len(o.expire)+len(o.skip)+len(o.stuckHooks) == 0 {
+	if o == nil || !o.engine {
 		return nil
 	}
 	return o

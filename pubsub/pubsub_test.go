@@ -25,24 +25,17 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // ---- helpers shared by the test files of this package ----
 
-// newBroker returns a broker that is closed when the test ends. Call it
-// inside a synctest bubble with the bubble's t, so the broker is built and
-// closed in the bubble. A test that closed the broker itself has seen
-// Close's result; otherwise the cleanup expects a clean Close.
-func newBroker(t *testing.T, opts ...pubsub.BrokerOption) *pubsub.Broker {
+// The broker (pubsubtest.NewBroker) and the barrier (pubsubtest.Drain)
+// are pubsubtest's; what follows is what pubsubtest has no need to export.
+
+// newTopic is the pair most tests begin with: a broker closed when the
+// test ends (pubsubtest.NewBroker, with the defaults) and a topic of
+// string keys and values on it called name, made with opts. Call it
+// inside a synctest bubble with the bubble's t.
+func newTopic(t *testing.T, name string, opts ...pubsub.TopicOption) (*pubsub.Broker, *pubsub.Topic[string, string]) {
 	t.Helper()
-	b := pubsub.NewBroker(opts...)
-	t.Cleanup(func() {
-		if b.State() == pubsub.Stopped {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := b.Close(ctx); err != nil {
-			t.Errorf("closing the broker at cleanup: got %v, want nil", err)
-		}
-	})
-	return b
+	b := pubsubtest.NewBroker(t)
+	return b, mustTopic(t, b, name, codec.String(), codec.String(), opts...)
 }
 
 func mustTopic[K, V any](t *testing.T, b *pubsub.Broker, name string, keys codec.Codec[K], values codec.Codec[V], opts ...pubsub.TopicOption) *pubsub.Topic[K, V] {
@@ -90,9 +83,9 @@ func mustStream[K, V any](t *testing.T, topic *pubsub.Topic[K, V], group, consum
 	return s
 }
 
-// drain is the barrier for what should happen: it waits (in virtual time
-// inside a bubble) until every active group has committed everything.
-func drain(t *testing.T, b *pubsub.Broker) {
+// drainHour is pubsubtest.Drain allowing an hour of virtual time instead
+// of a minute, for the scenarios whose backoffs or batch waits are longer.
+func drainHour(t *testing.T, b *pubsub.Broker) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
@@ -111,7 +104,9 @@ func wantErrIs(t *testing.T, what string, err error, targets ...error) {
 }
 
 // recorder is a Handler that remembers every call, in order, and fails or
-// panics on demand through fail (called after the call is recorded).
+// panics on demand through fail (called after the call is recorded). It is
+// not pubsubtest.Recorder, which keeps only the acked messages and whose
+// failure function sees no ctx: the tests here count failed attempts too.
 type recorder[V any] struct {
 	mu   sync.Mutex
 	msgs []pubsub.Message[V]
@@ -189,14 +184,14 @@ var epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // it is dead-lettered after one attempt with a *DecodeError.
 func TestUndecodableValueIsDeadLetteredAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 5}))
+		b := pubsubtest.NewBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 5}))
 		topic := mustTopic(t, b, "orders", codec.String(), pickyStrings())
 		var rec recorder[string]
 		g := mustSubscribe(t, topic, "billing", "b1", &rec)
 		mustPublishValue(t, topic, "ok-1")
 		poison := mustPublishValue(t, topic, "poison")
 		mustPublishValue(t, topic, "ok-2")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 
 		if got, want := rec.values(), []string{"ok-1", "ok-2"}; !slices.Equal(got, want) {
 			t.Errorf("handler saw %q, want %q: the undecodable record must never reach it", got, want)
@@ -237,7 +232,7 @@ func TestUndecodableValueIsDeadLetteredAtOnce(t *testing.T) {
 // A Stream never sees an undecodable record either.
 func TestUndecodableValueNeverReachesAStream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "orders", codec.String(), pickyStrings())
 		s := mustStream(t, topic, "billing", "s1")
 		mustPublishValue(t, topic, "poison")
@@ -247,7 +242,7 @@ func TestUndecodableValueNeverReachesAStream(t *testing.T) {
 			t.Errorf("first delivery: got %q at offset %d, want \"ok\" at offset 1", d.Value, d.Offset)
 		}
 		d.Ack()
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		letters := s.Group().DeadLetters()
 		if len(letters) != 1 || letters[0].Attempts != 1 || !errors.Is(letters[0].Err, codec.ErrDecode) {
 			t.Fatalf("dead letters: got %+v, want one after 1 attempt wrapping codec.ErrDecode", letters)
@@ -262,7 +257,7 @@ func TestUndecodableValueNeverReachesAStream(t *testing.T) {
 // error, and appends nothing: the next record takes the offset.
 func TestUnencodableFailsPublishAndAppendsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "orders", pickyStrings(), pickyStrings())
 		var rec recorder[string]
 		mustSubscribe(t, topic, "billing", "b1", &rec)
@@ -283,7 +278,7 @@ func TestUnencodableFailsPublishAndAppendsNothing(t *testing.T) {
 		if pos := mustPublish(t, topic, "k", "second"); pos.Offset != 1 {
 			t.Errorf("next publish: got offset %d, want 1 (the failed ones took none)", pos.Offset)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got, want := rec.values(), []string{"first", "second"}; !slices.Equal(got, want) {
 			t.Errorf("delivered %q, want %q", got, want)
 		}
@@ -293,8 +288,7 @@ func TestUnencodableFailsPublishAndAppendsNothing(t *testing.T) {
 // WithHeaders copies the map: changing it after Publish changes nothing.
 func TestHeadersAreCopiedOnPublish(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		var rec recorder[string]
 		mustSubscribe(t, topic, "billing", "b1", &rec)
 		h := map[string]string{"trace": "abc", "tenant": "t1"}
@@ -304,7 +298,7 @@ func TestHeadersAreCopiedOnPublish(t *testing.T) {
 		h["trace"] = "changed"
 		h["extra"] = "added"
 		delete(h, "tenant")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		calls := rec.calls()
 		if len(calls) != 1 {
 			t.Fatalf("got %d deliveries, want 1", len(calls))
@@ -320,7 +314,7 @@ func TestHeadersAreCopiedOnPublish(t *testing.T) {
 // one never writes into the next one's memory.
 func TestKeptKeysStayIntact(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "orders", codec.String(), codec.Int[int](), pubsub.WithPartitions(2))
 		var mu sync.Mutex
 		kept := map[int][]byte{}
@@ -336,7 +330,7 @@ func TestKeptKeysStayIntact(t *testing.T) {
 		for i := range n {
 			mustPublish(t, topic, fmt.Sprintf("customer-%d", i), i)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		mu.Lock()
 		defer mu.Unlock()
 		if len(kept) != n {
@@ -355,8 +349,7 @@ func TestKeptKeysStayIntact(t *testing.T) {
 // pause. In a bubble time is virtual, so each stamp is exact.
 func TestDefaultClockStampsToTheMillisecond(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		rec := &recorder[string]{}
 		mustSubscribe(t, topic, "g", "c", rec)
 		start := time.Now()
@@ -365,7 +358,7 @@ func TestDefaultClockStampsToTheMillisecond(t *testing.T) {
 		mustPublishValue(t, topic, "within the millisecond")
 		time.Sleep(5 * time.Millisecond) // virtual: long enough for the refresh goroutine to stop
 		mustPublishValue(t, topic, "after a pause")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		want := []time.Duration{0, 0, 5*time.Millisecond + time.Millisecond/2}
 		calls := rec.calls()
 		if len(calls) != len(want) {
@@ -384,7 +377,7 @@ func TestDefaultClockStampsToTheMillisecond(t *testing.T) {
 // dead letter, a value or key a handler kept.
 func TestWhatOutlivesARecordKeepsItsBytes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "orders", codec.String(), codec.Bytes(),
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 2}))
 		g := mustSubscribe(t, topic, "g", "c", pubsub.HandlerFunc[[]byte](func(_ context.Context, msg pubsub.Message[[]byte]) error {
@@ -406,7 +399,7 @@ func TestWhatOutlivesARecordKeepsItsBytes(t *testing.T) {
 		for i := 1; i <= n; i++ {
 			mustPublish(t, topic, fmt.Sprintf("key-%03d", i), fmt.Appendf(nil, "value-%03d", i))
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got := topic.Stats().Reclaimed; got < n-1 {
 			t.Fatalf("reclaimed %d records, want at least %d: the test needs reuse", got, n-1)
 		}
@@ -440,7 +433,7 @@ func TestWhatOutlivesARecordKeepsItsBytes(t *testing.T) {
 // A dead letter's Value is the caller's own even so.
 func TestRawBytesHandsOutTheLogsBytes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "orders", codec.String(), codec.RawBytes(),
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 2}))
 		const n = 100 // equal lengths, so every record fits the buffer it reuses
@@ -466,7 +459,7 @@ func TestRawBytesHandsOutTheLogsBytes(t *testing.T) {
 		for i := range int64(n) {
 			mustPublishValue(t, topic, []byte(want(i)))
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got := topic.Stats().Reclaimed; got < n-2 {
 			t.Fatalf("reclaimed %d records, want at least %d: the test needs reuse", got, n-2)
 		}
@@ -497,7 +490,7 @@ func TestRawBytesHandsOutTheLogsBytes(t *testing.T) {
 // delivery of the record.
 func TestHandlerMutationsStayInItsGroup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "orders", codec.String(), codec.Bytes())
 
 		// seen records, per group, how each delivery looked when it arrived.
@@ -528,12 +521,12 @@ func TestHandlerMutationsStayInItsGroup(t *testing.T) {
 		vg := mustSubscribe(t, topic, "vandal", "v1", vandal)
 		mustSubscribe(t, topic, "observer", "o1", observer)
 		mustPublish(t, topic, "alice", []byte("paid"), pubsub.WithHeaders(map[string]string{"trace": "abc"}))
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		// The vandal's own next delivery of the record is untouched too.
 		if err := vg.Replay(context.Background(), pubsub.AtOffset(0)); err != nil {
 			t.Fatalf("Replay(0): got %v, want nil", err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 
 		pristine := fmt.Sprintf("key=%q value=%q headers=%v", "alice", "paid", map[string]string{"trace": "abc"})
 		mu.Lock()
@@ -555,7 +548,7 @@ func TestHandlerMutationsStayInItsGroup(t *testing.T) {
 // the ID stays the same; the backoff is BaseDelay doubling.
 func TestAttemptCountsUpOnRedelivery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 4, BaseDelay: 10 * time.Millisecond}))
+		b := pubsubtest.NewBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 4, BaseDelay: 10 * time.Millisecond}))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		rec := &recorder[string]{fail: func(_ context.Context, msg pubsub.Message[string]) error {
 			if msg.Attempt < 3 {
@@ -566,7 +559,7 @@ func TestAttemptCountsUpOnRedelivery(t *testing.T) {
 		g := mustSubscribe(t, topic, "billing", "b1", rec)
 		start := time.Now()
 		mustPublishValue(t, topic, "job")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got, want := time.Since(start), 30*time.Millisecond; got != want {
 			t.Errorf("acked after %v of virtual time, want %v (10ms then 20ms of backoff)", got, want)
 		}
@@ -592,7 +585,7 @@ func TestAttemptCountsUpOnRedelivery(t *testing.T) {
 func TestRetriesThenDeadLetters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clock := pubsubtest.NewClock(epoch)
-		b := newBroker(t, pubsub.WithClock(clock))
+		b := pubsubtest.NewBroker(t, pubsub.WithClock(clock))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		rec := &recorder[string]{fail: func(_ context.Context, msg pubsub.Message[string]) error {
 			if msg.Value == "bad" {
@@ -603,7 +596,7 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 		g := mustSubscribe(t, topic, "billing", "b1", rec, pubsub.WithGroupRetry(pubsub.RetryPolicy{MaxAttempts: 3, BaseDelay: time.Second}))
 		mustPublishValue(t, topic, "bad")
 		mustPublishValue(t, topic, "good")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got, want := rec.values(), []string{"bad", "bad", "bad", "good"}; !slices.Equal(got, want) {
 			t.Errorf("handler calls: got %q, want %q", got, want)
 		}
@@ -626,14 +619,14 @@ func TestRetriesThenDeadLetters(t *testing.T) {
 // An error wrapping ErrPermanent is dead-lettered after one attempt.
 func TestPermanentErrorSkipsRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 5}))
+		b := pubsubtest.NewBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 5}))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		rec := &recorder[string]{fail: func(_ context.Context, msg pubsub.Message[string]) error {
 			return fmt.Errorf("order %s: unknown currency: %w", msg.Value, pubsub.ErrPermanent)
 		}}
 		g := mustSubscribe(t, topic, "billing", "b1", rec)
 		mustPublishValue(t, topic, "x")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if n := len(rec.calls()); n != 1 {
 			t.Errorf("handler calls: got %d, want 1", n)
 		}
@@ -662,8 +655,7 @@ func TestHandlerPanicBecomesPanicError(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
-				topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+				b, topic := newTopic(t, "orders")
 				rec := &recorder[string]{fail: func(_ context.Context, msg pubsub.Message[string]) error {
 					if msg.Value == "boom" {
 						panic(tt.panicVal)
@@ -673,7 +665,7 @@ func TestHandlerPanicBecomesPanicError(t *testing.T) {
 				g := mustSubscribe(t, topic, "billing", "b1", rec, pubsub.WithGroupRetry(pubsub.RetryPolicy{MaxAttempts: 2}))
 				mustPublishValue(t, topic, "boom")
 				mustPublishValue(t, topic, "after")
-				drain(t, b)
+				pubsubtest.Drain(t, b)
 				if got, want := rec.values(), []string{"boom", "boom", "after"}; !slices.Equal(got, want) {
 					t.Errorf("handler calls: got %q, want %q (the worker must survive the panic)", got, want)
 				}
@@ -703,7 +695,7 @@ func TestHandlerPanicBecomesPanicError(t *testing.T) {
 func TestMessageFields(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clock := pubsubtest.NewClock(epoch)
-		b := newBroker(t, pubsub.WithClock(clock), pubsub.WithIDs(&seqIDs{}))
+		b := pubsubtest.NewBroker(t, pubsub.WithClock(clock), pubsub.WithIDs(&seqIDs{}))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String(),
 			pubsub.WithPartitions(2), pubsub.WithPartitioner(pubsub.RoundRobin()))
 
@@ -734,7 +726,7 @@ func TestMessageFields(t *testing.T) {
 
 		var rec recorder[string]
 		mustSubscribe(t, topic, "billing", "b1", &rec)
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		calls := rec.calls()
 		if len(calls) != 4 {
 			t.Fatalf("got %d deliveries, want 4", len(calls))
@@ -779,7 +771,7 @@ func TestMessageFields(t *testing.T) {
 // topics with the same partition and offset have different IDs.
 func TestDefaultIDsAreTheSameForEveryGroup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		var mu sync.Mutex
 		seen := map[string]map[string]string{} // group -> "topic/offset" -> ID
 		for _, name := range []string{"a", "b"} {
@@ -801,7 +793,7 @@ func TestDefaultIDsAreTheSameForEveryGroup(t *testing.T) {
 				}
 			}
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		mu.Lock()
 		defer mu.Unlock()
 		if len(seen["g1"]) != 300 || !maps.Equal(seen["g1"], seen["g2"]) {
@@ -823,7 +815,7 @@ func TestDefaultIDsAreUniqueAcrossBrokers(t *testing.T) {
 		var mu sync.Mutex
 		ids := map[string]int{}
 		for range 2 {
-			b := newBroker(t)
+			b := pubsubtest.NewBroker(t)
 			topic := mustTopic(t, b, "orders", codec.String(), codec.Int[int](), pubsub.WithPartitions(3))
 			mustSubscribe(t, topic, "g", "c", pubsub.HandlerFunc[int](func(_ context.Context, msg pubsub.Message[int]) error {
 				mu.Lock()
@@ -842,7 +834,7 @@ func TestDefaultIDsAreUniqueAcrossBrokers(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			drain(t, b)
+			pubsubtest.Drain(t, b)
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -861,8 +853,7 @@ func TestDefaultIDsAreUniqueAcrossBrokers(t *testing.T) {
 // of every call but the first are ignored.
 func TestSubscribeSameGroupReturnsSameGroup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2))
+		b, topic := newTopic(t, "orders", pubsub.WithPartitions(2))
 		perm := &recorder[string]{fail: func(context.Context, pubsub.Message[string]) error { return pubsub.ErrPermanent }}
 		g1 := mustSubscribe(t, topic, "billing", "b1", perm)
 		// Options that differ from the group's are refused, never ignored,
@@ -899,7 +890,7 @@ func TestSubscribeSameGroupReturnsSameGroup(t *testing.T) {
 		}
 		mustPublishValue(t, topic, "x")
 		mustPublishValue(t, topic, "y")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got := len(g1.DeadLetters()); got != 2 {
 			t.Errorf("dead letters kept: got %d, want 2 (the default limit, which the refused option did not change)", got)
 		}
@@ -959,8 +950,7 @@ func TestDefaultIsOneBroker(t *testing.T) {
 // the group that had not read them as Skipped.
 func TestDropOldestCountsDroppedAndSkipped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String(),
+		b, topic := newTopic(t, "orders",
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, OnFull: pubsub.DropOldest}))
 		gate := make(chan struct{})
 		rec := &recorder[string]{fail: func(_ context.Context, msg pubsub.Message[string]) error {
@@ -984,7 +974,7 @@ func TestDropOldestCountsDroppedAndSkipped(t *testing.T) {
 			t.Errorf("topic stats: got %+v, want Published 5, Retained 2, Dropped 3, Blocked 0", st)
 		}
 		close(gate)
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got, want := rec.values(), []string{"v0", "v3", "v4"}; !slices.Equal(got, want) {
 			t.Errorf("delivered %q, want %q (v1 and v2 were dropped unread)", got, want)
 		}
@@ -1001,8 +991,7 @@ func TestDropOldestCountsDroppedAndSkipped(t *testing.T) {
 // handlers' context and reports a *ShutdownError naming what was left.
 func TestCloseReportsShutdownErrorWhenAHandlerIsStuck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		var handlerErr atomic.Value
 		rec := &recorder[string]{fail: func(ctx context.Context, msg pubsub.Message[string]) error {
 			if msg.Value == "stuck" {
@@ -1068,7 +1057,7 @@ func TestCloseReportsShutdownErrorWhenAHandlerIsStuck(t *testing.T) {
 // Stopped.
 func TestCloseDrainsAndStops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		if s := b.State(); s != pubsub.Running || s.String() != "running" {
 			t.Errorf("new broker state: got %v, want running", s)
 		}
@@ -1102,7 +1091,7 @@ func TestCloseDrainsAndStops(t *testing.T) {
 // Close from many goroutines at once: each returns the one result.
 func TestConcurrentClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "orders", codec.String(), codec.Int[int](), pubsub.WithPartitions(4))
 		var rec recorder[int]
 		mustSubscribe(t, topic, "billing", "b1", &rec)
@@ -1133,8 +1122,7 @@ func TestConcurrentClose(t *testing.T) {
 // their own context.
 func TestLaterCloseReturnsTheFirstResult(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		mustSubscribe(t, topic, "billing", "b1", pubsub.HandlerFunc[string](func(ctx context.Context, _ pubsub.Message[string]) error {
 			<-ctx.Done()
 			return ctx.Err()
@@ -1182,8 +1170,7 @@ func TestLaterCloseReturnsTheFirstResult(t *testing.T) {
 // delivery began, is skipped and counted, not delivered.
 func TestDropOldestSkipsBatchedRecordsNotYetBegun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String(),
+		b, topic := newTopic(t, "orders",
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, OnFull: pubsub.DropOldest}))
 		mustPublishValue(t, topic, "v0")
 		mustPublishValue(t, topic, "v1")
@@ -1199,7 +1186,7 @@ func TestDropOldestSkipsBatchedRecordsNotYetBegun(t *testing.T) {
 		mustPublishValue(t, topic, "v2") // evicts v0, whose delivery began
 		mustPublishValue(t, topic, "v3") // evicts v1, whose delivery had not
 		close(gate)
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got, want := rec.values(), []string{"v0", "v2", "v3"}; !slices.Equal(got, want) {
 			t.Errorf("delivered %q, want %q", got, want)
 		}
@@ -1216,8 +1203,7 @@ func TestDropOldestSkipsBatchedRecordsNotYetBegun(t *testing.T) {
 // not retried.
 func TestDropOldestSkipsARecordWaitingForRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String(),
+		b, topic := newTopic(t, "orders",
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, OnFull: pubsub.DropOldest}))
 		rec := &recorder[string]{fail: func(_ context.Context, msg pubsub.Message[string]) error {
 			if msg.Value == "v0" {
@@ -1230,7 +1216,7 @@ func TestDropOldestSkipsARecordWaitingForRetry(t *testing.T) {
 		synctest.Wait() // v0 failed once and waits out its 1s backoff
 		mustPublishValue(t, topic, "v1")
 		mustPublishValue(t, topic, "v2") // evicts v0
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got, want := rec.values(), []string{"v0", "v1", "v2"}; !slices.Equal(got, want) {
 			t.Errorf("handler calls: got %q, want %q (v0 must not be retried once evicted)", got, want)
 		}
@@ -1247,8 +1233,7 @@ func TestDropOldestSkipsARecordWaitingForRetry(t *testing.T) {
 // retained one: what went before it existed is not counted as skipped.
 func TestNewGroupStartsAtTheOldestRetainedRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String(),
+		b, topic := newTopic(t, "orders",
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, OnFull: pubsub.DropOldest}))
 		for _, v := range []string{"v0", "v1", "v2", "v3", "v4"} {
 			mustPublishValue(t, topic, v)
@@ -1266,7 +1251,7 @@ func TestNewGroupStartsAtTheOldestRetainedRecord(t *testing.T) {
 			t.Errorf("Lag of the new group: got %d, want 2 (the retained records)", lag)
 		}
 		close(gate)
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got, want := rec.values(), []string{"v3", "v4"}; !slices.Equal(got, want) {
 			t.Errorf("delivered %q, want %q", got, want)
 		}
@@ -1294,12 +1279,11 @@ func TestCloseReportsGroupsThatCannotDrain(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
-				topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+				b, topic := newTopic(t, "orders")
 				var rec recorder[string]
 				g := mustSubscribe(t, topic, "billing", "b1", &rec)
 				mustPublishValue(t, topic, "a")
-				drain(t, b)
+				pubsubtest.Drain(t, b)
 				tt.setup(t, g)
 				mustPublishValue(t, topic, "b")
 				mustPublishValue(t, topic, "c")
@@ -1340,8 +1324,7 @@ func TestCloseReportsGroupsThatCannotDrain(t *testing.T) {
 // names what was left: it never says nil while a group lags.
 func TestDrainHonoursItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		release := make(chan struct{})
 		mustSubscribe(t, topic, "billing", "b1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
 			<-release
@@ -1360,7 +1343,7 @@ func TestDrainHonoursItsContext(t *testing.T) {
 			t.Errorf("Drain returned after %v, want 1s", waited)
 		}
 		close(release)
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 	})
 }
 
@@ -1368,14 +1351,13 @@ func TestDrainHonoursItsContext(t *testing.T) {
 // counts the evicted ones.
 func TestDeadLetterLimitEvictsTheOldest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		rec := &recorder[string]{fail: func(context.Context, pubsub.Message[string]) error { return pubsub.ErrPermanent }}
 		g := mustSubscribe(t, topic, "billing", "b1", rec, pubsub.WithDeadLetterLimit(2))
 		for _, v := range []string{"d0", "d1", "d2"} {
 			mustPublishValue(t, topic, v)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		var got []string
 		for _, dl := range g.DeadLetters() {
 			got = append(got, dl.Message.Value)
@@ -1393,8 +1375,7 @@ func TestDeadLetterLimitEvictsTheOldest(t *testing.T) {
 // KeyHash) and reach each group in publish order.
 func TestKeyedRecordsKeepTheirOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(3))
+		b, topic := newTopic(t, "orders", pubsub.WithPartitions(3))
 		var rec recorder[string]
 		mustSubscribe(t, topic, "billing", "b1", &rec)
 		mustSubscribe(t, topic, "billing", "b2", &rec)
@@ -1407,7 +1388,7 @@ func TestKeyedRecordsKeepTheirOrder(t *testing.T) {
 				}
 			}
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		byKey := map[string][]string{}
 		for _, m := range rec.calls() {
 			byKey[string(m.Key)] = append(byKey[string(m.Key)], m.Value)
@@ -1439,8 +1420,7 @@ func TestPartitionersSpreadKeylessRecords(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
-				topic := mustTopic(t, b, "orders", codec.String(), codec.String(),
+				_, topic := newTopic(t, "orders",
 					pubsub.WithPartitions(3), pubsub.WithPartitioner(tt.p))
 				var got []int
 				for i := range len(tt.want) {
@@ -1458,8 +1438,8 @@ func TestPartitionersSpreadKeylessRecords(t *testing.T) {
 // becomes older than MaxAge, and its record takes the freed room.
 func TestBlockedProducerWakesWhenTheOldestRecordExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t) // the wall clock, which is virtual in the bubble
-		topic := mustTopic(t, b, "jobs", codec.String(), codec.String(),
+		// The broker reads the wall clock, which is virtual in the bubble.
+		_, topic := newTopic(t, "jobs",
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, MaxAge: time.Second, BlockTimeout: time.Hour}))
 		release := make(chan struct{})
 		defer close(release)
@@ -1491,8 +1471,7 @@ func TestBlockedProducerWakesWhenTheOldestRecordExpires(t *testing.T) {
 // only; see quiesce there.)
 func TestSeekWaitsForTheDeliveryInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		release := make(chan struct{})
 		var (
 			held atomic.Bool
@@ -1527,7 +1506,7 @@ func TestSeekWaitsForTheDeliveryInFlight(t *testing.T) {
 		if !seekDone.Load() {
 			t.Fatal("Seek did not return once the delivery finished")
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		mu.Lock()
 		defer mu.Unlock()
 		// "a" finished in the old epoch; the seek to 0 redelivers it, then "b".
@@ -1542,8 +1521,7 @@ func TestSeekWaitsForTheDeliveryInFlight(t *testing.T) {
 
 func TestSeekRestartsAttempts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		var calls atomic.Int32
 		counted := &recorder[string]{fail: func(context.Context, pubsub.Message[string]) error {
 			if calls.Add(1) == 1 {
@@ -1558,7 +1536,7 @@ func TestSeekRestartsAttempts(t *testing.T) {
 		if err := g.Seek(context.Background(), 0, 0); err != nil {
 			t.Fatalf("Seek(0, 0): got %v, want nil", err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if waited := time.Since(start); waited != 0 {
 			t.Errorf("redelivery after the Seek took %v, want 0 (the backoff is abandoned)", waited)
 		}
@@ -1580,7 +1558,7 @@ func TestSeekRestartsAttempts(t *testing.T) {
 // empty Key, unlike PublishValue.
 func TestKeyThatEncodesToNilIsStillKeyed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "orders", codec.Bytes(), codec.String(), pubsub.WithPartitions(3))
 		var rec recorder[string]
 		mustSubscribe(t, topic, "billing", "b1", &rec)
@@ -1591,7 +1569,7 @@ func TestKeyThatEncodesToNilIsStillKeyed(t *testing.T) {
 			}
 		}
 		mustPublishValue(t, topic, "keyless")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		for _, m := range rec.calls() {
 			keyless := m.Value == "keyless"
 			if keyless && m.Key != nil {

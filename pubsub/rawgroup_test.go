@@ -10,6 +10,7 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 // Broker.Group finds a group by name and shows its records as the bytes
@@ -17,7 +18,7 @@ import (
 // reads its dead letters and pauses and resumes it.
 func TestBrokerGroupIsAnUntypedViewOfAGroup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		type order struct{ ID string }
 		orders := mustTopic(t, b, "orders", codec.String(), codec.JSON[order]())
 		typed := mustSubscribe(t, orders, "billing", "b1", pubsub.HandlerFunc[order](func(_ context.Context, m pubsub.Message[order]) error {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 // Redrive sends the chosen dead letters back to the group that failed
@@ -20,7 +21,7 @@ import (
 // counted, and gone from DeadLetters; Drain waits for them.
 func TestRedriveSendsDeadLettersBackToTheGroupOnly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 2}))
+		b := pubsubtest.NewBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 2}))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2))
 		var fixed atomic.Bool
 		var billing, audit recorder[string]
@@ -35,7 +36,7 @@ func TestRedriveSendsDeadLettersBackToTheGroupOnly(t *testing.T) {
 		mustPublish(t, topic, "alice", "ok")
 		mustPublish(t, topic, "bob", "bad-1")
 		mustPublish(t, topic, "carol", "bad-2")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		letters := g.DeadLetters()
 		if len(letters) != 2 {
 			t.Fatalf("%d dead letters, want 2", len(letters))
@@ -50,7 +51,7 @@ func TestRedriveSendsDeadLettersBackToTheGroupOnly(t *testing.T) {
 		if err != nil || n != 1 {
 			t.Fatalf("Redrive by ID: %d, %v; want 1, nil", n, err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		again := billing.calls()[before:]
 		if len(again) != 1 || again[0].Value != "bad-2" || again[0].Attempt != 1 || again[0].ID != id || again[0].Offset != letters[i].Message.Offset {
 			t.Errorf("redelivered %+v, want bad-2 once, attempt 1, with its ID and offset", again)
@@ -63,7 +64,7 @@ func TestRedriveSendsDeadLettersBackToTheGroupOnly(t *testing.T) {
 		if n, err := g.Redrive(context.Background(), nil); err != nil || n != 1 {
 			t.Fatalf("Redrive(nil): %d, %v; want 1, nil", n, err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if left := g.DeadLetters(); len(left) != 0 {
 			t.Errorf("dead letters left: %v, want none", left)
 		}
@@ -83,17 +84,17 @@ func TestRedriveSendsDeadLettersBackToTheGroupOnly(t *testing.T) {
 // its attempts counted from 1.
 func TestRedrivenLetterThatFailsAgainIsDeadLetteredAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 3}))
+		b := pubsubtest.NewBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 3}))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		var rec recorder[string]
 		rec.fail = func(context.Context, pubsub.Message[string]) error { return errors.New("still broken") }
 		g := mustSubscribe(t, topic, "billing", "b1", &rec)
 		mustPublish(t, topic, "k", "v")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if _, err := g.Redrive(context.Background(), nil); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		var attempts []int
 		for _, m := range rec.calls() {
 			attempts = append(attempts, m.Attempt)
@@ -118,7 +119,7 @@ func TestRedriveOfAPausedGroup(t *testing.T) {
 		rec.fail = func(_ context.Context, m pubsub.Message[string]) error { return pubsub.ErrPermanent }
 		g := mustSubscribe(t, topic, "billing", "b1", &rec)
 		mustPublish(t, topic, "k", "v")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if err := g.Pause(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +149,7 @@ func TestRedriveOfAPausedGroup(t *testing.T) {
 // attempt 2.
 func TestRedriveKeepsTheAttemptsOfARecordMidRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 3, BaseDelay: time.Minute}))
+		b := pubsubtest.NewBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 3, BaseDelay: time.Minute}))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
 		var redriven atomic.Bool
 		var rec recorder[string]
@@ -175,7 +176,7 @@ func TestRedriveKeepsTheAttemptsOfARecordMidRetry(t *testing.T) {
 		if err := g.Resume(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		var got []string
 		for _, m := range rec.calls() {
 			got = append(got, fmt.Sprintf("%s#%d", m.Value, m.Attempt))
@@ -190,8 +191,7 @@ func TestRedriveKeepsTheAttemptsOfARecordMidRetry(t *testing.T) {
 // untyped view reads the dead letters as bytes and redrives them.
 func TestRedriveThroughTheUntypedView(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		var fixed atomic.Bool
 		var rec recorder[string]
 		rec.fail = func(context.Context, pubsub.Message[string]) error {
@@ -202,7 +202,7 @@ func TestRedriveThroughTheUntypedView(t *testing.T) {
 		}
 		mustSubscribe(t, topic, "billing", "b1", &rec)
 		mustPublish(t, topic, "alice", "paid", pubsub.WithHeaders(map[string]string{"h": "1"}))
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 
 		raw, err := b.Group("billing", "orders")
 		if err != nil {
@@ -221,7 +221,7 @@ func TestRedriveThroughTheUntypedView(t *testing.T) {
 		if n, err := raw.Redrive(context.Background(), func(l pubsub.DeadLetter[[]byte]) bool { return string(l.Message.Key) == "alice" }); n != 1 || err != nil {
 			t.Fatalf("Redrive: %d, %v; want 1, nil", n, err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if n := len(rec.calls()); n != 2 {
 			t.Errorf("%d deliveries, want 2 (the first and the redriven one)", n)
 		}
@@ -235,13 +235,12 @@ func TestRedriveThroughTheUntypedView(t *testing.T) {
 // so the letter stalls Drain; the next consumer to join delivers it.
 func TestRedrivenLetterWaitsForAConsumer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		var first recorder[string]
 		first.fail = func(context.Context, pubsub.Message[string]) error { return pubsub.ErrPermanent }
 		g := mustSubscribe(t, topic, "billing", "b1", &first)
 		mustPublish(t, topic, "k", "v")
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if err := g.Leave(context.Background(), "b1"); err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +250,7 @@ func TestRedrivenLetterWaitsForAConsumer(t *testing.T) {
 		wantErrIs(t, "Drain with a redriven letter and no consumer", b.Drain(context.Background()), pubsub.ErrStalled)
 		var second recorder[string]
 		mustSubscribe(t, topic, "billing", "b2", &second)
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got := second.calls(); len(got) != 1 || got[0].Value != "v" || got[0].Attempt != 1 {
 			t.Errorf("the new consumer got %+v, want the redriven record at attempt 1", got)
 		}
@@ -261,8 +260,7 @@ func TestRedrivenLetterWaitsForAConsumer(t *testing.T) {
 // A batch consumer takes a redriven letter too, alone, with its ID.
 func TestRedriveToABatchConsumer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "orders", codec.String(), codec.String())
+		b, topic := newTopic(t, "orders")
 		var fixed atomic.Bool
 		var mu sync.Mutex
 		var batches [][]string
@@ -293,7 +291,7 @@ func TestRedriveToABatchConsumer(t *testing.T) {
 		if err := g.Resume(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		letters := g.DeadLetters()
 		if len(letters) != 1 || letters[0].Message.Value != "bad" {
 			t.Fatalf("dead letters %v, want bad", letters)
@@ -302,7 +300,7 @@ func TestRedriveToABatchConsumer(t *testing.T) {
 		if n, err := g.Redrive(context.Background(), nil); n != 1 || err != nil {
 			t.Fatalf("Redrive: %d, %v; want 1, nil", n, err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		mu.Lock()
 		defer mu.Unlock()
 		want := [][]string{{"a#1", "bad#1", "c#1"}, {"c#1"}, {"bad#1"}}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 // stuckHandler holds its first delivery until release is closed: a group
@@ -33,8 +34,7 @@ func stuckHandler(release <-chan struct{}) pubsub.HandlerFunc[string] {
 // first group rather than the slowest would name the wrong one.
 func TestErrBackpressureNamesTheStuckGroup(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "jobs", codec.String(), codec.String(),
+		b, topic := newTopic(t, "jobs",
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: 10 * time.Millisecond}))
 		var fast recorder[string]
 		mustSubscribe(t, topic, "fast", "f1", &fast)
@@ -50,7 +50,7 @@ func TestErrBackpressureNamesTheStuckGroup(t *testing.T) {
 			t.Errorf("error %q: want it to name group \"stuck\", and not \"fast\"", msg)
 		}
 		close(release)
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 	})
 }
 
@@ -62,7 +62,7 @@ func TestErrBackpressureNamesTheStuckGroup(t *testing.T) {
 // group that comes late reads the newest 1024.
 func TestATopicWithNoGroupNeverFailsPublishersAndKeepsTheNewestRecords(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "events", codec.String(), codec.Int[int](),
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1024, OnFull: pubsub.Block, BlockTimeout: time.Second}))
 		start := time.Now()
@@ -84,7 +84,7 @@ func TestATopicWithNoGroupNeverFailsPublishersAndKeepsTheNewestRecords(t *testin
 
 		var late recorder[int]
 		g := mustSubscribe(t, topic, "late", "l1", &late)
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		var offsets []int64
 		for _, m := range late.calls() {
 			offsets = append(offsets, m.Offset)
@@ -115,7 +115,7 @@ func TestATopicWithNoGroupNeverFailsPublishersAndKeepsTheNewestRecords(t *testin
 			t.Errorf("Dropped: got %d, want still 1976", st.Dropped)
 		}
 		close(release)
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 	})
 }
 
@@ -186,8 +186,7 @@ func TestMaxBytesBlocksDropsAndTrimsAsEachPolicySays(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
-				topic := mustTopic(t, b, "t", codec.String(), codec.String(),
+				b, topic := newTopic(t, "t",
 					pubsub.WithRetention(pubsub.Retention{MaxBytes: 10, OnFull: tc.onFull, BlockTimeout: time.Second}))
 				release := make(chan struct{})
 				if tc.group {
@@ -211,7 +210,7 @@ func TestMaxBytesBlocksDropsAndTrimsAsEachPolicySays(t *testing.T) {
 					t.Errorf("stats: got %+v, want %+v", got, tc.wantStats)
 				}
 				close(release)
-				drain(t, b)
+				pubsubtest.Drain(t, b)
 			})
 		})
 	}
@@ -222,8 +221,7 @@ func TestMaxBytesBlocksDropsAndTrimsAsEachPolicySays(t *testing.T) {
 // one publishes nothing, and what was retained stays.
 func TestAnOversizeRecordIsErrInvalidAndAppendsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "t", codec.String(), codec.String(),
+		_, topic := newTopic(t, "t",
 			pubsub.WithRetention(pubsub.Retention{MaxBytes: 8, OnFull: pubsub.DropOldest}))
 		mustPublish(t, topic, "k", "ok")
 		before := topic.Stats()
@@ -248,7 +246,7 @@ func TestAnOversizeRecordIsErrInvalidAndAppendsNothing(t *testing.T) {
 
 // A negative MaxBytes is ErrInvalid, like the other negative bounds.
 func TestNegativeMaxBytesIsErrInvalid(t *testing.T) {
-	b := newBroker(t)
+	b := pubsubtest.NewBroker(t)
 	_, err := pubsub.NewTopic(b, "t", codec.String(), codec.String(), pubsub.WithRetention(pubsub.Retention{MaxBytes: -1}))
 	wantErrIs(t, "NewTopic with MaxBytes -1", err, pubsub.ErrInvalid)
 }
@@ -302,7 +300,7 @@ func recordHeap(t *testing.T, n int, group bool) float64 {
 	for i := range n {
 		mustPublish(t, topic, fmt.Sprintf("key-%012d", i), make([]byte, 64))
 	}
-	drain(t, b)
+	pubsubtest.Drain(t, b)
 	after := liveHeap()
 	if st := topic.Stats(); st.Retained != n || st.RetainedBytes != int64(n*(16+64)) {
 		t.Fatalf("stats %+v: want %d records of 80 bytes retained", st, n)

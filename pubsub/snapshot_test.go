@@ -22,7 +22,7 @@ func TestSnapshotDescribesTopicsAndGroups(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 		clock := pubsubtest.NewClock(start)
-		b := newBroker(t, pubsub.WithClock(clock))
+		b := pubsubtest.NewBroker(t, pubsub.WithClock(clock))
 		orders := mustTopic(t, b, "orders", codec.String(), codec.Int[int](), pubsub.WithPartitions(2),
 			pubsub.WithPartitioner(partitionerFunc(func(key []byte, n int) int { return int(key[0]-'0') % n })))
 		mustTopic(t, b, "audit", codec.String(), codec.String())
@@ -93,7 +93,7 @@ func TestSnapshotDescribesTopicsAndGroups(t *testing.T) {
 		if err := paused.Resume(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		for _, g := range b.Snapshot().Topics[1].Groups {
 			for _, p := range g.Partitions {
 				if p.InFlight || p.Lag != 0 || p.LagAge != 0 {
@@ -114,7 +114,7 @@ func TestSnapshotDescribesTopicsAndGroups(t *testing.T) {
 // that failed.
 func TestSnapshotShowsRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 5, BaseDelay: time.Minute, MaxDelay: time.Hour}))
+		b := pubsubtest.NewBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 5, BaseDelay: time.Minute, MaxDelay: time.Hour}))
 		topic := mustTopic(t, b, "t", codec.String(), codec.Int[int]())
 		var fail atomic.Bool
 		fail.Store(true)
@@ -133,7 +133,7 @@ func TestSnapshotShowsRetries(t *testing.T) {
 			t.Errorf("partition: %+v, want retrying after attempt 2", p)
 		}
 		fail.Store(false)
-		drain(t, b)
+		drainHour(t, b)
 	})
 }
 
@@ -142,11 +142,11 @@ func TestSnapshotShowsRetries(t *testing.T) {
 // reports.
 func TestSnapshotOfAnEngineThatCannotDescribeItself(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t, pubsub.WithEngine(lesser{}))
+		b := pubsubtest.NewBroker(t, pubsub.WithEngine(lesser{}))
 		topic := mustTopic(t, b, "orders", codec.String(), codec.Int[int](), pubsub.WithPartitions(2))
 		g := mustSubscribe(t, topic, "billing", "b1", pubsub.HandlerFunc[int](func(context.Context, pubsub.Message[int]) error { return nil }))
 		mustPublish(t, topic, "alice", 1)
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if err := g.Pause(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -168,14 +168,14 @@ func TestSnapshotOfAnEngineThatCannotDescribeItself(t *testing.T) {
 		if err := g.Resume(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 	})
 }
 
 // Without WithStuckAfter no delivery is called stuck, however long it runs.
 func TestSnapshotCallsNothingStuckWithoutAThreshold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
+		b := pubsubtest.NewBroker(t)
 		topic := mustTopic(t, b, "orders", codec.String(), codec.Int[int]())
 		release := make(chan struct{})
 		mustSubscribe(t, topic, "billing", "b1", pubsub.HandlerFunc[int](func(context.Context, pubsub.Message[int]) error {
@@ -212,8 +212,7 @@ func groupNames(t pubsub.TopicSnapshot) []string {
 // group will skip those records.
 func TestSnapshotLagOfTrimmedRecordsHasNoAge(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "t", codec.String(), codec.String(),
+		b, topic := newTopic(t, "t",
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, OnFull: pubsub.DropOldest}))
 		g := mustSubscribe(t, topic, "g", "c", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil }))
 		if err := g.Pause(context.Background()); err != nil {
@@ -229,6 +228,6 @@ func TestSnapshotLagOfTrimmedRecordsHasNoAge(t *testing.T) {
 		if err := g.Resume(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 	})
 }

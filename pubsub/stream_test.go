@@ -11,6 +11,7 @@ import (
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 // recv returns the stream's next delivery, failing the test if C is closed
@@ -61,8 +62,7 @@ func wantClosed[V any](t *testing.T, s *pubsub.Stream[V]) {
 // "tasks" to which "wash" and "dry" were published, in that order.
 func twoTasks(t *testing.T) (*pubsub.Broker, *pubsub.Stream[string], *pubsub.Group[string]) {
 	t.Helper()
-	b := newBroker(t)
-	topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+	b, topic := newTopic(t, "tasks")
 	s := mustStream(t, topic, "workers", "w1")
 	mustPublishValue(t, topic, "wash")
 	mustPublishValue(t, topic, "dry")
@@ -100,7 +100,7 @@ func TestStreamDeliversOneAtATimeUntilAcked(t *testing.T) {
 		d2.Ack()
 		d2.Ack()         // later calls do nothing
 		d2.Nack(errBoom) // nor does a Nack after the Ack
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if c := g.Committed(0); c != 2 {
 			t.Errorf("Committed(0) after both Acks: got %d, want 2", c)
 		}
@@ -128,7 +128,7 @@ func TestStreamLateSettleLeavesTheNextDeliveryAlone(t *testing.T) {
 		}
 		noDelivery(t, s)
 		d2.Ack()
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got, want := g.Stats(), (pubsub.GroupStats{Delivered: 2}); got != want {
 			t.Errorf("stats: got %+v, want %+v (no retry, no dead letter)", got, want)
 		}
@@ -139,8 +139,7 @@ func TestStreamLateSettleLeavesTheNextDeliveryAlone(t *testing.T) {
 // partition still waits for its own Ack.
 func TestStreamPartitionsAreIndependent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "tasks", codec.String(), codec.String(),
+		b, topic := newTopic(t, "tasks",
 			pubsub.WithPartitions(2), pubsub.WithPartitioner(pubsub.RoundRobin()))
 		s := mustStream(t, topic, "workers", "w1")
 		for _, v := range []string{"p0-a", "p1-a", "p0-b", "p1-b"} {
@@ -171,7 +170,7 @@ func TestStreamPartitionsAreIndependent(t *testing.T) {
 			t.Errorf("after acking partition 0: got %q, want \"p0-b\"", d.Value)
 		}
 		d.Ack()
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if lag := s.Group().Lag(); lag != 0 {
 			t.Errorf("lag: got %d, want 0", lag)
 		}
@@ -192,8 +191,7 @@ func TestStreamNackRetriesThenDeadLetters(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
-				topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+				b, topic := newTopic(t, "tasks")
 				s := mustStream(t, topic, "workers", "w1",
 					pubsub.WithGroupRetry(pubsub.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Second}))
 				g := s.Group()
@@ -223,7 +221,7 @@ func TestStreamNackRetriesThenDeadLetters(t *testing.T) {
 					t.Errorf("Committed(0) after the dead letter: got %d, want 1", c)
 				}
 				d3.Ack()
-				drain(t, b)
+				pubsubtest.Drain(t, b)
 				letters := g.DeadLetters()
 				if len(letters) != 1 {
 					t.Fatalf("got %d dead letters, want 1", len(letters))
@@ -248,8 +246,7 @@ func TestStreamNackRetriesThenDeadLetters(t *testing.T) {
 // Nack with an error wrapping ErrPermanent dead-letters at once.
 func TestStreamNackPermanentDeadLettersAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+		b, topic := newTopic(t, "tasks")
 		s := mustStream(t, topic, "workers", "w1", pubsub.WithGroupRetry(pubsub.RetryPolicy{MaxAttempts: 5}))
 		g := s.Group()
 		mustPublishValue(t, topic, "job")
@@ -264,7 +261,7 @@ func TestStreamNackPermanentDeadLettersAtOnce(t *testing.T) {
 			t.Errorf("waited %v before the next message, want 0 (no backoff)", waited)
 		}
 		d.Ack()
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		letters := g.DeadLetters()
 		if len(letters) != 1 || letters[0].Attempts != 1 || letters[0].Message.Value != "job" {
 			t.Fatalf("dead letters: got %+v, want \"job\" after 1 attempt", letters)
@@ -289,7 +286,7 @@ func TestStreamCloseGivesBackAnUnackedDelivery(t *testing.T) {
 		var rec recorder[string]
 		join := func() { mustSubscribe(t, topic, "workers", "w2", &rec) }
 		receive := func() pubsub.Message[string] {
-			drain(t, b)
+			pubsubtest.Drain(t, b)
 			calls := rec.calls()
 			if len(calls) != 1 {
 				t.Fatalf("the other consumer got %d deliveries, want 1", len(calls))
@@ -321,8 +318,7 @@ func TestStreamCloseGivesBackAnUnackedDelivery(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := newBroker(t)
-				topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+				b, topic := newTopic(t, "tasks")
 				s1 := mustStream(t, topic, "workers", "w1")
 				g := s1.Group()
 				join, receive := tt.other(t, b, topic)
@@ -350,7 +346,7 @@ func TestStreamCloseGivesBackAnUnackedDelivery(t *testing.T) {
 					t.Errorf("assignment after w1 left: got %v, want only w2, owning partition 0", asg)
 				}
 				msg := receive()
-				drain(t, b)
+				pubsubtest.Drain(t, b)
 				if msg.ID != d.ID || msg.Offset != 0 || msg.Value != "job" {
 					t.Errorf("redelivery: got ID %q offset %d value %q, want ID %q offset 0 value \"job\"", msg.ID, msg.Offset, msg.Value, d.ID)
 				}
@@ -372,8 +368,7 @@ func TestStreamCloseGivesBackAnUnackedDelivery(t *testing.T) {
 // nothing.
 func TestBrokerCloseClosesStreams(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+		b, topic := newTopic(t, "tasks")
 		s1 := mustStream(t, topic, "workers", "w1")
 		s2 := mustStream(t, topic, "audit", "a1")
 		idle := mustStream(t, topic, "workers", "w-idle") // owns no partition
@@ -396,8 +391,7 @@ func TestBrokerCloseClosesStreams(t *testing.T) {
 // ShutdownError and still closes C.
 func TestBrokerCloseWithAnUnackedDelivery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+		b, topic := newTopic(t, "tasks")
 		s := mustStream(t, topic, "workers", "w1")
 		mustPublishValue(t, topic, "job")
 		d := recv(t, s)
@@ -426,8 +420,7 @@ func TestBrokerCloseWithAnUnackedDelivery(t *testing.T) {
 // All yields the deliveries and ends when C closes.
 func TestStreamAllEndsWhenCCloses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+		b, topic := newTopic(t, "tasks")
 		s := mustStream(t, topic, "workers", "w1")
 		done := make(chan []string)
 		go func() {
@@ -441,7 +434,7 @@ func TestStreamAllEndsWhenCCloses(t *testing.T) {
 		for _, v := range []string{"wash", "dry", "fold"} {
 			mustPublishValue(t, topic, v)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		synctest.Wait()
 		select {
 		case got := <-done:
@@ -460,8 +453,7 @@ func TestStreamAllEndsWhenCCloses(t *testing.T) {
 // Breaking out of All leaves the stream usable.
 func TestStreamAllBreak(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+		b, topic := newTopic(t, "tasks")
 		s := mustStream(t, topic, "workers", "w1")
 		mustPublishValue(t, topic, "first")
 		mustPublishValue(t, topic, "second")
@@ -479,7 +471,7 @@ func TestStreamAllBreak(t *testing.T) {
 			t.Errorf("after breaking out of All: got %q, want \"second\"", d.Value)
 		}
 		d.Ack()
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if err := s.Close(); err != nil {
 			t.Errorf("Stream.Close: got %v, want nil", err)
 		}
@@ -489,8 +481,7 @@ func TestStreamAllBreak(t *testing.T) {
 // Stream.Close is idempotent: the consumer leaves once, C stays closed.
 func TestStreamCloseIsIdempotent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+		b, topic := newTopic(t, "tasks")
 		s := mustStream(t, topic, "workers", "w1")
 		keep := mustStream(t, topic, "workers", "w2")
 		for i := range 3 {
@@ -506,7 +497,7 @@ func TestStreamCloseIsIdempotent(t *testing.T) {
 		wantErrIs(t, "Leave of a closed stream's consumer", err, pubsub.ErrSubscription)
 		mustPublishValue(t, topic, "job")
 		recv(t, keep).Ack()
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if err := keep.Close(); err != nil {
 			t.Errorf("Stream.Close of w2: got %v, want nil", err)
 		}
@@ -519,8 +510,7 @@ func TestStreamCloseIsIdempotent(t *testing.T) {
 // the stream's channel when Close gives it back.
 func TestStreamCloseBeforeReceiveKeepsTheAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+		b, topic := newTopic(t, "tasks")
 		s := mustStream(t, topic, "workers", "w1")
 		mustPublishValue(t, topic, "job")
 		synctest.Wait() // the worker waits for someone to receive from s.C()
@@ -529,7 +519,7 @@ func TestStreamCloseBeforeReceiveKeepsTheAttempt(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		calls := rec.calls()
 		if len(calls) != 1 || calls[0].Value != "job" || calls[0].Attempt != 1 {
 			t.Fatalf("w2 got %+v, want \"job\" once with Attempt 1", calls)
@@ -546,7 +536,7 @@ func TestStreamCloseBeforeReceiveKeepsTheAttempt(t *testing.T) {
 // reads right however long it is held, nacked ones included.
 func TestStreamRawBytesValuesLastUntilSettled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond}))
+		b := pubsubtest.NewBroker(t, pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond}))
 		topic := mustTopic(t, b, "tasks", codec.String(), codec.RawBytes(),
 			pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: time.Hour}))
 		s, err := topic.Stream("workers", "w1")
@@ -575,7 +565,7 @@ func TestStreamRawBytesValuesLastUntilSettled(t *testing.T) {
 			d.Ack()
 			i++
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if got := topic.Stats().Reclaimed; got < n-2 {
 			t.Fatalf("reclaimed %d records, want at least %d: the test needs reuse", got, n-2)
 		}
@@ -590,8 +580,7 @@ func TestStreamRawBytesValuesLastUntilSettled(t *testing.T) {
 // TestStreamCloseAfterItsNameIsReused, here at the package's level).
 func TestStreamCloseLeavesOnlyAsItself(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t)
-		topic := mustTopic(t, b, "tasks", codec.String(), codec.String())
+		b, topic := newTopic(t, "tasks")
 		first := mustStream(t, topic, "workers", "w1")
 		g := first.Group()
 		if err := g.Leave(context.Background(), "w1"); err != nil {
@@ -610,7 +599,7 @@ func TestStreamCloseLeavesOnlyAsItself(t *testing.T) {
 		} else {
 			d.Ack()
 		}
-		drain(t, b)
+		pubsubtest.Drain(t, b)
 		if err := second.Close(); err != nil {
 			t.Error(err)
 		}
