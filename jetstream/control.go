@@ -17,6 +17,9 @@ import (
 // broker's deliveries in flight.
 // When ctx ends first, the group is paused all the same.
 func (g *group) Pause(ctx context.Context) error {
+	if err := g.refuseGone(); err != nil {
+		return err
+	}
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -82,6 +85,9 @@ func (g *group) followResume() {
 
 // Resume resumes the group's consumers on the server.
 func (g *group) Resume(ctx context.Context) error {
+	if err := g.refuseGone(); err != nil {
+		return err
+	}
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -116,6 +122,9 @@ func (g *group) Seek(ctx context.Context, partition int, offset int64) error {
 	if err := g.e.refuse("seek"); err != nil {
 		return err
 	}
+	if err := g.refuseGone(); err != nil {
+		return err
+	}
 	if partition < 0 || partition >= g.t.parts {
 		return fmt.Errorf("%w: topic %q has no partition %d", engine.ErrInvalid, g.t.name, partition)
 	}
@@ -136,6 +145,9 @@ func (g *group) Seek(ctx context.Context, partition int, offset int64) error {
 // Replay moves every partition's consumer to from.
 func (g *group) Replay(ctx context.Context, from engine.Start) error {
 	if err := g.e.refuse("replay"); err != nil {
+		return err
+	}
+	if err := g.refuseGone(); err != nil {
 		return err
 	}
 	if err := from.Validate(); err != nil {
