@@ -591,6 +591,9 @@ func (g *group) latest(ctx context.Context, n int) ([]engine.DeadLetter, error) 
 // *engine.PanicError (its Value the panic's text, no stack) or an error
 // wrapping ErrPermanent. After Close it answers from what Close read.
 func (g *group) DeadLetters() []engine.DeadLetter {
+	if g.gone.Load() != nil { // deleted: an empty group
+		return nil
+	}
 	if s := g.snap.Load(); s != nil {
 		return slices.Clone(s.letters)
 	}
@@ -614,6 +617,9 @@ func (g *group) DeadLetters() []engine.DeadLetter {
 func (g *group) LatestDeadLetters(ctx context.Context, n int) ([]engine.DeadLetter, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("%w: dead letters: n is %d", engine.ErrInvalid, n)
+	}
+	if err := g.refuseGone(); err != nil {
+		return nil, err
 	}
 	if s := g.snap.Load(); s != nil {
 		out := make([]engine.DeadLetter, 0, min(n, len(s.letters)))
@@ -645,6 +651,9 @@ func (g *group) LatestDeadLetters(ctx context.Context, n int) ([]engine.DeadLett
 // After Close began it fails with ErrClosed.
 func (g *group) DiscardDeadLetters(ctx context.Context, match func(*engine.DeadLetter) bool) (n int, err error) {
 	if err := g.e.refuse("discard dead letters"); err != nil {
+		return 0, err
+	}
+	if err := g.refuseGone(); err != nil {
 		return 0, err
 	}
 	g.mu.Lock()

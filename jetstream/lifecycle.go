@@ -69,12 +69,16 @@ func (e *eng) Ping(ctx context.Context) error {
 // file): within MemberTTL/3 of the delete, or one poll wait of a worker's
 // pull. Publishers waiting for room the group held in a full Block
 // partition get it at their next poll. Every later call on the group's
-// handles fails with ErrSubscription, in every broker; the name may be
-// used again, as a new group. A group that does not exist is
+// handles that can fail fails with ErrSubscription, in every broker, and
+// its reads show an empty group (Lag 0, Committed -1, no assignment, no
+// dead letters); the name may be used again, as a new group. A group that does not exist is
 // ErrSubscription, a topic this broker does not know ErrTopicNotFound.
-// Every request is bounded by ctx (and by the request timeout when ctx
-// has no deadline); when ctx ends first, what was deleted stays deleted,
-// and calling it again finishes the work.
+// The requests to the server are bounded by ctx (and by the request
+// timeout when ctx has no deadline); when they fail, the error wraps
+// ErrUnavailable: what was deleted stays deleted, and calling it again
+// finishes the work. Once they succeeded, ctx bounds the wait for this
+// broker's deliveries in flight, and an error wrapping only ctx's says
+// that wait was cut short (engine.Deleter).
 func (e *eng) DeleteGroup(ctx context.Context, topic, group string) error {
 	if err := e.refuse(fmt.Sprintf("delete group %q", group)); err != nil {
 		return err
@@ -99,7 +103,7 @@ func (e *eng) DeleteGroup(ctx context.Context, topic, group string) error {
 	}
 	found, err := e.deleteGroup(ctx, topic, t.parts, group)
 	if err != nil {
-		return e.ctxErr(ctx, fmt.Errorf("delete group %q of topic %q: %w", group, topic, err))
+		return notDeleted(fmt.Errorf("delete group %q of topic %q: %w", group, topic, err))
 	}
 	if !found && g == nil {
 		return fmt.Errorf("no group %q on topic %q: %w", group, topic, engine.ErrSubscription)
@@ -181,8 +185,8 @@ func (e *eng) deleteKeys(ctx context.Context, filter string) error {
 // call on the topic's handles and its groups' fails with
 // ErrTopicNotFound, in this broker also after the name is created again
 // (the handles stay deleted). A topic the server does not have is
-// ErrTopicNotFound. Bounded by ctx as DeleteGroup; a topic whose deletion
-// ctx cut short is found by calling it again.
+// ErrTopicNotFound. Bounded by ctx as DeleteGroup; a deletion cut short
+// (ErrUnavailable) is finished by calling it again.
 func (e *eng) DeleteTopic(ctx context.Context, topic string) error {
 	if err := e.refuse(fmt.Sprintf("delete topic %q", topic)); err != nil {
 		return err
@@ -219,12 +223,12 @@ func (e *eng) DeleteTopic(ctx context.Context, topic string) error {
 		case err == nil:
 			parts = max(1, atoiOr(info.CachedInfo().Config.Metadata["logbus_partitions"], 1))
 		case !errors.Is(err, natsjs.ErrStreamNotFound):
-			return e.ctxErr(ctx, fmt.Errorf("delete topic %q: %w", topic, err))
+			return notDeleted(fmt.Errorf("delete topic %q: %w", topic, err))
 		}
 	}
 	found, err := e.deleteTopic(ctx, topic, parts)
 	if err != nil {
-		return e.ctxErr(ctx, fmt.Errorf("delete topic %q: %w", topic, err))
+		return notDeleted(fmt.Errorf("delete topic %q: %w", topic, err))
 	}
 	if !found && t == nil {
 		return fmt.Errorf("delete topic %q: %w", topic, engine.ErrTopicNotFound)
@@ -269,6 +273,17 @@ func (e *eng) deleteTopic(ctx context.Context, topic string, parts int) (bool, e
 		}
 	}
 	return found, e.deleteKeys(ctx, enc+".>")
+}
+
+// notDeleted is the error of a deletion the server did not carry out (or
+// only in part): it wraps ErrUnavailable, also when ctx's error was the
+// cause, since an error wrapping only ctx's means the deletion took place
+// (engine.Deleter); calling it again finishes it.
+func notDeleted(err error) error {
+	if errors.Is(err, engine.ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w (%w; not deleted, or in part: call it again)", err, engine.ErrUnavailable)
 }
 
 // bounded returns ctx, or ctx bounded by the request timeout when it has

@@ -13,8 +13,8 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// These tests call the engine's DeleteGroup, DeleteTopic and Ping
-// directly (brokerWithEngine), until pubsub offers them.
+// These tests look at the server under the engine's names
+// (brokerWithEngine) to see what a deletion left there.
 
 // serverView reads what the server holds under an engine's names.
 type serverView struct {
@@ -152,7 +152,7 @@ func TestDeleteGroup(t *testing.T) {
 		t.Fatalf("before the delete, streams %v, want %v", got, streams)
 	}
 
-	if err := ea.DeleteGroup(ctx, "orders", "billing"); err != nil {
+	if err := a.DeleteGroup(ctx, "billing", "orders"); err != nil {
 		t.Fatalf("DeleteGroup: %v", err)
 	}
 	if got := v.consumers("orders", 2, "billing"); len(got) != 0 {
@@ -196,10 +196,10 @@ func TestDeleteGroup(t *testing.T) {
 	if got := len(ra.Messages()) + len(rb.Messages()); got != handled {
 		t.Errorf("the deleted group's members handled %d records, then %d: they went on", handled, got)
 	}
-	if err := ea.DeleteGroup(ctx, "orders", "nope"); !errors.Is(err, pubsub.ErrSubscription) {
+	if err := a.DeleteGroup(ctx, "nope", "orders"); !errors.Is(err, pubsub.ErrSubscription) {
 		t.Errorf("DeleteGroup of an unknown group: %v, want ErrSubscription", err)
 	}
-	if err := ea.DeleteGroup(ctx, "nope", "billing"); !errors.Is(err, pubsub.ErrTopicNotFound) {
+	if err := a.DeleteGroup(ctx, "billing", "nope"); !errors.Is(err, pubsub.ErrTopicNotFound) {
 		t.Errorf("DeleteGroup on an unknown topic: %v, want ErrTopicNotFound", err)
 	}
 }
@@ -208,7 +208,7 @@ func TestDeleteGroup(t *testing.T) {
 // a Block partition a stuck group holds full gets it once the group is
 // deleted.
 func TestDeleteGroupFreesABlockedPublisher(t *testing.T) {
-	b, e := brokerWithEngine(t, testServer.Engine(testOptions()...))
+	b := newBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(),
@@ -239,7 +239,7 @@ func TestDeleteGroupFreesABlockedPublisher(t *testing.T) {
 	defer dcancel()
 	// The stuck handler keeps running: DeleteGroup says so when its ctx
 	// ends, deleted all the same.
-	if err := e.DeleteGroup(dctx, "orders", "stuck"); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if err := b.DeleteGroup(dctx, "stuck", "orders"); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("DeleteGroup: %v", err)
 	}
 	select {
@@ -296,7 +296,7 @@ func TestDeleteTopic(t *testing.T) {
 		t.Fatalf("before the delete, streams %v, want %v", got, all)
 	}
 
-	if err := ea.DeleteTopic(ctx, "orders"); err != nil {
+	if err := a.DeleteTopic(ctx, "orders"); err != nil {
 		t.Fatalf("DeleteTopic: %v", err)
 	}
 	if got := v.streams(all...); len(got) != 0 {
@@ -331,12 +331,13 @@ func TestDeleteTopic(t *testing.T) {
 	if _, err := ta.Publish(ctx, "k", "late"); !errors.Is(err, pubsub.ErrTopicNotFound) {
 		t.Errorf("Publish on the deleted topic's handle once the name was created again: %v, want ErrTopicNotFound", err)
 	}
-	if err := ea.DeleteTopic(ctx, "nope"); !errors.Is(err, pubsub.ErrTopicNotFound) {
+	if err := a.DeleteTopic(ctx, "nope"); !errors.Is(err, pubsub.ErrTopicNotFound) {
 		t.Errorf("DeleteTopic of an unknown topic: %v, want ErrTopicNotFound", err)
 	}
 }
 
-// TestPingAfterClose is ErrClosed, never ErrUnavailable.
+// TestPingAfterClose: the engine's Ping is ErrClosed once Close began,
+// never ErrUnavailable, even with its connection gone.
 func TestPingAfterClose(t *testing.T) {
 	b, e := brokerWithEngine(t, testServer.Engine(testOptions()...))
 	if err := e.Ping(t.Context()); err != nil {

@@ -367,10 +367,14 @@ func waitAll(chs []<-chan struct{}) <-chan struct{} {
 }
 
 // Assignment returns the last assignment computed, over every live member
-// of the group in every broker (refreshed on every tick of the loop).
+// of the group in every broker (refreshed on every tick of the loop);
+// empty once the group was deleted.
 func (g *group) Assignment() map[string][]int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.gone.Load() != nil {
+		return map[string][]int{}
+	}
 	out := make(map[string][]int, len(g.assign))
 	for m, ps := range g.assign {
 		out[m] = slices.Clone(ps)

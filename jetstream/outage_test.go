@@ -144,7 +144,7 @@ func TestAnOutageIsReportedAndReadsKeepTheirLastValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, e := brokerWithEngine(t, js)
+	b := brokerOn(t, js)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2))
@@ -171,7 +171,7 @@ func TestAnOutageIsReportedAndReadsKeepTheirLastValues(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := e.Ping(ctx); err != nil {
+	if err := b.Ping(ctx); err != nil {
 		t.Fatalf("Ping with the server up: %v", err)
 	}
 	lag, committed := g.Lag(), []int64{g.Committed(0), g.Committed(1)}
@@ -187,10 +187,10 @@ func TestAnOutageIsReportedAndReadsKeepTheirLastValues(t *testing.T) {
 	srv.stop()
 	stopped := time.Now()
 	took := waitFor(t, "Ping reporting ErrUnavailable", 5*time.Second, func() bool {
-		return errors.Is(e.Ping(ctx), pubsub.ErrUnavailable)
+		return errors.Is(b.Ping(ctx), pubsub.ErrUnavailable)
 	})
 	t.Logf("Ping reported ErrUnavailable %v after the server stopped", took)
-	if err := e.Ping(ctx); !errors.Is(err, pubsub.ErrUnavailable) {
+	if err := b.Ping(ctx); !errors.Is(err, pubsub.ErrUnavailable) {
 		t.Errorf("Ping while the server is down: %v, want ErrUnavailable", err)
 	}
 	start := time.Now()
@@ -231,7 +231,7 @@ func TestAnOutageIsReportedAndReadsKeepTheirLastValues(t *testing.T) {
 	}
 
 	srv.start()
-	took = waitFor(t, "Ping answering after the restart", 10*time.Second, func() bool { return e.Ping(ctx) == nil })
+	took = waitFor(t, "Ping answering after the restart", 10*time.Second, func() bool { return b.Ping(ctx) == nil })
 	t.Logf("Ping answered %v after the restart", took)
 	if got := g.Lag(); got != lag {
 		t.Errorf("Lag after the restart: %d, want %d", got, lag)

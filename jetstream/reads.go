@@ -46,9 +46,9 @@ func (g *group) takeSnap(r *reading) {
 
 // Committed is the offset partition reads next, from the consumer's ack
 // floor on the server: as last observed when the server cannot be asked
-// (see Lag); -1 when there is no such partition.
+// (see Lag); -1 when there is no such partition or the group was deleted.
 func (g *group) Committed(partition int) int64 {
-	if partition < 0 || partition >= g.t.parts {
+	if partition < 0 || partition >= g.t.parts || g.gone.Load() != nil {
 		return -1
 	}
 	if s := g.snap.Load(); s != nil {
@@ -70,8 +70,11 @@ func (g *group) Committed(partition int) int64 {
 // server, bounded by the request timeout; while the server cannot be asked
 // (the connection is down, or a request found it unreachable), it serves
 // what it last observed of each stream and consumer, never a made-up 0:
-// Broker.Snapshot says when that was.
+// Broker.Snapshot says when that was. 0 once the group was deleted.
 func (g *group) Lag() int64 {
+	if g.gone.Load() != nil {
+		return 0
+	}
 	if s := g.snap.Load(); s != nil {
 		return s.lag
 	}

@@ -214,7 +214,14 @@ func (t *topic) publish(ctx context.Context, p int, m *nats.Msg) (int64, error) 
 		if !isFull(err) {
 			return 0, err
 		}
+		if err := t.refuseDeleted(); err != nil { // DeleteTopic fails a publisher waiting for room
+			return 0, err
+		}
 		freed, slowest, rerr := t.reclaim(ctx, p)
+		if errors.Is(rerr, natsjs.ErrStreamNotFound) {
+			t.markDeleted() // by another broker
+			return 0, t.refuseDeleted()
+		}
 		if rerr != nil {
 			return 0, try.failed(t, ctx, p, rerr)
 		}
