@@ -274,13 +274,36 @@ func (e *eng) drain(ctx context.Context, closing bool) error {
 		end uint64
 	}
 	var targets []target
-	for _, g := range e.localGroups() {
+	groups := e.localGroups()
+	// left names what the drain had not seen settled when ctx ended (also
+	// when it ended during a request): the targets, or every group before
+	// the targets are known.
+	left := func(tgs []target) error {
+		var names []string
+		if tgs == nil {
+			for _, g := range groups {
+				names = append(names, fmt.Sprintf("group %q", g.name))
+			}
+		}
+		for _, tg := range tgs {
+			if tg.p < 0 {
+				names = append(names, fmt.Sprintf("group %q redriven dead letters", tg.g.name))
+				continue
+			}
+			names = append(names, fmt.Sprintf("group %q partition %d", tg.g.name, tg.p))
+		}
+		return fmt.Errorf("drain left %s: %w", strings.Join(slices.Compact(names), ", "), ctx.Err())
+	}
+	for _, g := range groups {
 		mine := g.drainedByClose()
 		for p := range g.t.parts {
 			if closing && mine != nil && !mine[p] {
 				continue
 			}
 			info, err := g.t.streamInfo(ctx, p)
+			if err != nil && ctx.Err() != nil && !e.unavailable(ctx, err) {
+				return left(nil)
+			}
 			if err != nil {
 				return e.ctxErr(ctx, fmt.Errorf("drain: topic %q partition %d: %w", g.t.name, p, err))
 			}
@@ -293,13 +316,16 @@ func (e *eng) drain(ctx context.Context, closing bool) error {
 	stalled := map[*group]bool{}
 	for {
 		wake := e.commitSignal()
-		var left []target
-		for _, tg := range targets {
+		var rest []target
+		for i, tg := range targets {
 			if stalled[tg.g] {
 				continue
 			}
 			if tg.p < 0 {
 				rinfo, err := tg.g.rdq.Info(ctx)
+				if err != nil && ctx.Err() != nil && !e.unavailable(ctx, err) {
+					return left(append(rest, targets[i:]...))
+				}
 				if err != nil {
 					return e.ctxErr(ctx, fmt.Errorf("drain: group %q redrive stream: %w", tg.g.name, err))
 				}
@@ -308,6 +334,9 @@ func (e *eng) drain(ctx context.Context, closing bool) error {
 				}
 			}
 			info, err := tg.g.consumerInfo(ctx, max(tg.p, 0))
+			if err != nil && ctx.Err() != nil && !e.unavailable(ctx, err) {
+				return left(append(rest, targets[i:]...))
+			}
 			if err != nil {
 				return e.ctxErr(ctx, fmt.Errorf("drain: group %q partition %d: %w", tg.g.name, tg.p, err))
 			}
@@ -321,9 +350,9 @@ func (e *eng) drain(ctx context.Context, closing bool) error {
 				stalled[tg.g] = true
 				continue
 			}
-			left = append(left, tg)
+			rest = append(rest, tg)
 		}
-		if len(left) == 0 {
+		if len(rest) == 0 {
 			if len(stalled) > 0 {
 				var names []string
 				for g := range stalled {
@@ -334,20 +363,12 @@ func (e *eng) drain(ctx context.Context, closing bool) error {
 			}
 			return nil
 		}
-		targets = left
+		targets = rest
 		t := time.NewTimer(20 * time.Millisecond)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			var names []string
-			for _, tg := range left {
-				if tg.p < 0 {
-					names = append(names, fmt.Sprintf("group %q redriven dead letters", tg.g.name))
-					continue
-				}
-				names = append(names, fmt.Sprintf("group %q partition %d", tg.g.name, tg.p))
-			}
-			return fmt.Errorf("drain left %s: %w", strings.Join(slices.Compact(names), ", "), ctx.Err())
+			return left(rest)
 		case <-wake:
 		case <-t.C:
 		}
