@@ -75,15 +75,23 @@ func newConnEpoch() *connEpoch {
 // connection is lost (the answer would be lost with it). The caller calls
 // the returned func.
 func (e *eng) attempt(ctx context.Context) (context.Context, context.CancelFunc) {
+	epoch := e.epoch.Load().ctx
+	if ctx.Done() == nil { // never cancelled (Background): the epoch bounded by the request timeout
+		return context.WithTimeout(epoch, e.cfg.requestTimeout)
+	}
 	actx, cancel := e.bounded(ctx)
 	actx, cancelLost := context.WithCancel(actx)
-	stop := context.AfterFunc(e.epoch.Load().ctx, cancelLost)
+	stop := context.AfterFunc(epoch, cancelLost)
 	return actx, func() {
 		stop()
 		cancelLost()
 		cancel()
 	}
 }
+
+// lost returns a channel closed once the connection is lost, for a wait
+// that needs no context.
+func (e *eng) lost() <-chan struct{} { return e.epoch.Load().ctx.Done() }
 
 // connected reports whether the engine's connection is up. While it is
 // not (reconnecting, or closed), the reads serve what they last observed
