@@ -282,16 +282,17 @@ func (e *eng) drain(ctx context.Context, closing bool) error {
 		var names []string
 		if tgs == nil {
 			for _, g := range groups {
-				names = append(names, fmt.Sprintf("group %q", g.name))
+				names = append(names, fmt.Sprintf("group %q of topic %q", g.name, g.t.name))
 			}
 		}
 		for _, tg := range tgs {
 			if tg.p < 0 {
-				names = append(names, fmt.Sprintf("group %q redriven dead letters", tg.g.name))
+				names = append(names, fmt.Sprintf("group %q of topic %q: its redriven dead letters", tg.g.name, tg.g.t.name))
 				continue
 			}
-			names = append(names, fmt.Sprintf("group %q partition %d", tg.g.name, tg.p))
+			names = append(names, fmt.Sprintf("group %q of topic %q partition %d", tg.g.name, tg.g.t.name, tg.p))
 		}
+		slices.Sort(names)
 		return fmt.Errorf("drain left %s: %w", strings.Join(slices.Compact(names), ", "), ctx.Err())
 	}
 	for _, g := range groups {
@@ -301,6 +302,9 @@ func (e *eng) drain(ctx context.Context, closing bool) error {
 				continue
 			}
 			info, err := g.t.streamInfo(ctx, p)
+			if errors.Is(err, natsjs.ErrStreamNotFound) && g.serverErr(ctx, err) != nil {
+				break // deleted, by another broker: nothing to wait for
+			}
 			if err != nil && ctx.Err() != nil && !e.unavailable(ctx, err) {
 				return left(nil)
 			}
@@ -318,7 +322,7 @@ func (e *eng) drain(ctx context.Context, closing bool) error {
 		wake := e.commitSignal()
 		var rest []target
 		for i, tg := range targets {
-			if stalled[tg.g] {
+			if stalled[tg.g] || tg.g.gone.Load() != nil { // a deleted group has nothing to wait for
 				continue
 			}
 			if tg.p < 0 {
@@ -334,6 +338,9 @@ func (e *eng) drain(ctx context.Context, closing bool) error {
 				}
 			}
 			info, err := tg.g.consumerInfo(ctx, max(tg.p, 0))
+			if err != nil && tg.g.gone.Load() != nil {
+				continue // deleted meanwhile, by another broker
+			}
 			if err != nil && ctx.Err() != nil && !e.unavailable(ctx, err) {
 				return left(append(rest, targets[i:]...))
 			}

@@ -73,12 +73,12 @@ func (e *eng) Ping(ctx context.Context) error {
 // its reads show an empty group (Lag 0, Committed -1, no assignment, no
 // dead letters); the name may be used again, as a new group. A group that does not exist is
 // ErrSubscription, a topic this broker does not know ErrTopicNotFound.
-// The requests to the server are bounded by ctx (and by the request
-// timeout when ctx has no deadline); when they fail, the error wraps
-// ErrUnavailable: what was deleted stays deleted, and calling it again
-// finishes the work. Once they succeeded, ctx bounds the wait for this
-// broker's deliveries in flight, and an error wrapping only ctx's says
-// that wait was cut short (engine.Deleter).
+// The requests to the server are bounded by the request timeout, not by
+// ctx: the deletion takes place whatever ctx does, and when the server
+// does not carry it out the error wraps ErrUnavailable (what was deleted
+// stays deleted, and calling it again finishes the work). ctx bounds the
+// wait for this broker's deliveries in flight, and an error wrapping only
+// ctx's says that wait was cut short (engine.Deleter).
 func (e *eng) DeleteGroup(ctx context.Context, topic, group string) error {
 	if err := e.refuse(fmt.Sprintf("delete group %q", group)); err != nil {
 		return err
@@ -93,7 +93,7 @@ func (e *eng) DeleteGroup(ctx context.Context, topic, group string) error {
 	if t == nil || t.isDeleted() {
 		return fmt.Errorf("delete group %q of topic %q: %w", group, topic, engine.ErrTopicNotFound)
 	}
-	ctx, cancel := e.bounded(ctx)
+	sctx, cancel := e.deleting(ctx)
 	defer cancel()
 	var stopped <-chan struct{}
 	if g != nil {
@@ -101,7 +101,7 @@ func (e *eng) DeleteGroup(ctx context.Context, topic, group string) error {
 		// the group again while the server forgets it.
 		stopped = g.vanish(fmt.Errorf("group %q of topic %q was deleted: %w", group, topic, engine.ErrSubscription))
 	}
-	found, err := e.deleteGroup(ctx, topic, t.parts, group)
+	found, err := e.deleteGroup(sctx, topic, t.parts, group)
 	if err != nil {
 		return notDeleted(fmt.Errorf("delete group %q of topic %q: %w", group, topic, err))
 	}
@@ -204,7 +204,7 @@ func (e *eng) DeleteTopic(ctx context.Context, topic string) error {
 	if t != nil {
 		t.markDeleted()
 	}
-	ctx, cancel := e.bounded(ctx)
+	sctx, cancel := e.deleting(ctx)
 	defer cancel()
 	var stopped []<-chan struct{}
 	for _, g := range groups {
@@ -218,7 +218,7 @@ func (e *eng) DeleteTopic(ctx context.Context, topic string) error {
 	} else {
 		// A topic this broker did not open: its first stream tells how
 		// many partitions it has.
-		info, err := e.js.Stream(ctx, e.names.stream(topic, 0))
+		info, err := e.js.Stream(sctx, e.names.stream(topic, 0))
 		switch {
 		case err == nil:
 			parts = max(1, atoiOr(info.CachedInfo().Config.Metadata["logbus_partitions"], 1))
@@ -226,7 +226,7 @@ func (e *eng) DeleteTopic(ctx context.Context, topic string) error {
 			return notDeleted(fmt.Errorf("delete topic %q: %w", topic, err))
 		}
 	}
-	found, err := e.deleteTopic(ctx, topic, parts)
+	found, err := e.deleteTopic(sctx, topic, parts)
 	if err != nil {
 		return notDeleted(fmt.Errorf("delete topic %q: %w", topic, err))
 	}
@@ -284,6 +284,14 @@ func notDeleted(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w (%w; not deleted, or in part: call it again)", err, engine.ErrUnavailable)
+}
+
+// deleting returns the context of a deletion's requests to the server:
+// ctx's values without its end, bounded by the request timeout. A
+// deletion takes effect whatever ctx does (engine.Deleter): ctx bounds
+// only the wait for deliveries in flight.
+func (e *eng) deleting(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.requestTimeout)
 }
 
 // bounded returns ctx, or ctx bounded by the request timeout when it has
@@ -416,6 +424,24 @@ func (g *group) goneOnServer() bool {
 	_ = g.e.deals.Delete(ctx, g.e.names.memberPrefix(g.t.name, g.name)+"deal")
 	cancel()
 	return true
+}
+
+// serverErr is ctxErr for an error of a request on the group's consumers
+// or its topic's streams: one saying they do not exist means the group (or
+// the topic) was deleted, by another broker, and the group vanishes here
+// too: the error is then the deletion's. No lock may be held: vanish runs
+// the members' onLeave.
+func (g *group) serverErr(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, natsjs.ErrStreamNotFound):
+		g.t.markDeleted()
+		g.vanish(g.t.refuseDeleted())
+	case errors.Is(err, natsjs.ErrConsumerNotFound):
+		g.vanish(fmt.Errorf("group %q of topic %q was deleted: %w", g.name, g.t.name, engine.ErrSubscription))
+	default:
+		return g.e.ctxErr(ctx, err)
+	}
+	return g.refuseGone()
 }
 
 // errNoConsumer is a pull answered by the server saying the consumer is

@@ -91,15 +91,17 @@ func (v *serverView) keys(filter string) []string {
 
 // TestDeleteGroup deletes a group two brokers share, one dead letter in
 // it: its consumers, dead-letter and redrive streams and membership go
-// from the server; both brokers' handles of it fail with ErrSubscription
-// (the other broker learns of it from its deal's deletion) and neither
-// makes it again; the name then makes a new group, which reads from the
+// from the server; every broker's handles of it fail with ErrSubscription
+// (a broker with members learns of it from its deal's deletion, one
+// without from the server's answer to its next request) and none makes it
+// again; the name then makes a new group, which reads from the
 // start. An unknown group is ErrSubscription, an unknown topic
 // ErrTopicNotFound.
 func TestDeleteGroup(t *testing.T) {
 	opts := testOptions()
 	a, ea := brokerWithEngine(t, testServer.Engine(opts...))
 	b := brokerOn(t, testServer.Engine(opts...))
+	c := brokerOn(t, testServer.Engine(opts...)) // only looks at the group
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ta, err := pubsub.NewTopic(a, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2))
@@ -108,6 +110,9 @@ func TestDeleteGroup(t *testing.T) {
 	}
 	tb, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pubsub.NewTopic(c, "orders", codec.String(), codec.String(), pubsub.WithPartitions(2)); err != nil {
 		t.Fatal(err)
 	}
 	poison := func(m pubsub.Message[string]) error {
@@ -146,6 +151,10 @@ func TestDeleteGroup(t *testing.T) {
 	if n := len(ga.DeadLetters()); n != 1 {
 		t.Fatalf("%d dead letters, want 1", n)
 	}
+	gc, err := c.Group("billing", "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
 	v := newServerView(t, ea)
 	streams := []string{v.n.dlqStream("orders", "billing"), v.n.redriveStream("orders", "billing")}
 	if got := v.streams(streams...); len(got) != 2 {
@@ -171,6 +180,14 @@ func TestDeleteGroup(t *testing.T) {
 		return errors.Is(gb.Pause(ctx), pubsub.ErrSubscription)
 	})
 	t.Logf("the other broker learnt of the delete within %v", took)
+	// A broker with no member in the group learns of it from its first
+	// request.
+	if err := gc.Seek(ctx, 0, 0); !errors.Is(err, pubsub.ErrSubscription) {
+		t.Errorf("Seek on a third broker's handle: %v, want ErrSubscription", err)
+	}
+	if got := gc.Committed(0); got != -1 {
+		t.Errorf("Committed on a third broker's handle: %d, want -1 (an empty group)", got)
+	}
 	handled := len(ra.Messages()) + len(rb.Messages())
 	// Neither broker made the group again meanwhile: its loops stopped.
 	if got := v.consumers("orders", 2, "billing"); len(got) != 0 {

@@ -60,6 +60,9 @@ func (g *group) Committed(partition int) int64 {
 		_, err := g.consumerInfo(r.ctx, partition)
 		r.got(err)
 	}
+	if g.gone.Load() != nil { // found deleted just now
+		return -1
+	}
 	return int64(g.consumer(partition).ackFloor)
 }
 
@@ -81,6 +84,9 @@ func (g *group) Lag() int64 {
 	r, cancel := g.e.read()
 	defer cancel()
 	lag, _ := g.lag(r)
+	if g.gone.Load() != nil { // found deleted just now
+		return 0
+	}
 	return lag
 }
 

@@ -228,11 +228,15 @@ func (g *group) observeConsumer(p int, info *natsjs.ConsumerInfo) {
 }
 
 // consumerInfo reads the group's consumer on partition p from the server,
-// and records it.
+// and records it; a consumer that is gone makes the group vanish
+// (serverErr).
 func (g *group) consumerInfo(ctx context.Context, p int) (*natsjs.ConsumerInfo, error) {
 	info, err := g.consumers[p].Info(ctx)
-	if err == nil {
+	switch {
+	case err == nil:
 		g.observeConsumer(p, info)
+	case errors.Is(err, natsjs.ErrConsumerNotFound), errors.Is(err, natsjs.ErrStreamNotFound):
+		err = g.serverErr(ctx, err) // deleted by another broker
 	}
 	return info, err
 }
