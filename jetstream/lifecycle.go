@@ -71,8 +71,9 @@ func (e *eng) Ping(ctx context.Context) error {
 // partition get it at their next poll. Every later call on the group's
 // handles that can fail fails with ErrSubscription, in every broker, and
 // its reads show an empty group (Lag 0, Committed -1, no assignment, no
-// dead letters); the name may be used again, as a new group. A group that does not exist is
-// ErrSubscription, a topic this broker does not know ErrTopicNotFound.
+// dead letters); the name may be used again, as a new group. A group that
+// does not exist is ErrSubscription, a topic this broker does not know
+// ErrTopicNotFound.
 // The requests to the server are bounded by the request timeout, not by
 // ctx: the deletion takes place whatever ctx does, and when the server
 // does not carry it out the error wraps ErrUnavailable (what was deleted

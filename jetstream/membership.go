@@ -470,8 +470,8 @@ func (g *group) leaveAll(r *reading) {
 // forgetMember deletes a member's key without waiting for the server,
 // when Close may no longer wait: a delete marker published as the KV
 // bucket's own Delete does, expecting the member's last revision so that
-// a key another broker took meanwhile stays. Lost when the connection is down:
-// the key then expires after MemberTTL.
+// a key another broker took meanwhile stays. Lost when the connection is
+// down: the key then expires after MemberTTL.
 func (g *group) forgetMember(key string, rev uint64) {
 	if !g.e.connected() {
 		return
