@@ -44,7 +44,7 @@ func (e *eng) Ping(ctx context.Context) error {
 		return err
 	}
 	if st := e.js.Conn().Status(); st != nats.CONNECTED {
-		return fmt.Errorf("ping: connection %s: %w", strings.ToLower(st.String()), engine.ErrUnavailable)
+		return fmt.Errorf("%w: the connection is %s", engine.ErrUnavailable, strings.ToLower(st.String()))
 	}
 	actx, cancel := ctx, context.CancelFunc(func() {})
 	if _, ok := ctx.Deadline(); !ok {
@@ -52,7 +52,6 @@ func (e *eng) Ping(ctx context.Context) error {
 	}
 	defer cancel()
 	if _, err := e.js.AccountInfo(actx); err != nil {
-		err = fmt.Errorf("ping: %w", err)
 		if !errors.Is(err, engine.ErrUnavailable) {
 			err = fmt.Errorf("%w (%w)", err, engine.ErrUnavailable)
 		}
@@ -92,7 +91,7 @@ func (e *eng) DeleteGroup(ctx context.Context, topic, group string) error {
 	g := e.groups[groupKey{topic, group}]
 	e.mu.Unlock()
 	if t == nil || t.isDeleted() {
-		return fmt.Errorf("delete group %q of topic %q: %w", group, topic, engine.ErrTopicNotFound)
+		return engine.ErrTopicNotFound
 	}
 	sctx, cancel := e.deleting(ctx)
 	defer cancel()
@@ -100,20 +99,20 @@ func (e *eng) DeleteGroup(ctx context.Context, topic, group string) error {
 	if g != nil {
 		// Stop here first: this broker's loop must not heartbeat or deal
 		// the group again while the server forgets it.
-		stopped = g.vanish(fmt.Errorf("group %q of topic %q was deleted: %w", group, topic, engine.ErrSubscription))
+		stopped = g.vanish(errGroupDeleted)
 	}
 	found, err := e.deleteGroup(sctx, topic, t.parts, group)
 	if err != nil {
-		return notDeleted(fmt.Errorf("delete group %q of topic %q: %w", group, topic, err))
+		return notDeleted(err)
 	}
 	if !found && g == nil {
-		return fmt.Errorf("no group %q on topic %q: %w", group, topic, engine.ErrSubscription)
+		return fmt.Errorf("%w: no such group", engine.ErrSubscription)
 	}
 	if stopped != nil {
 		select {
 		case <-stopped:
 		case <-ctx.Done():
-			return fmt.Errorf("delete group %q of topic %q: deleted; its deliveries in flight go on: %w", group, topic, ctx.Err())
+			return fmt.Errorf("deleted; deliveries still in flight: %w", ctx.Err())
 		}
 	}
 	return nil
@@ -192,7 +191,6 @@ func (e *eng) DeleteTopic(ctx context.Context, topic string) error {
 	if err := e.refuse(fmt.Sprintf("delete topic %q", topic)); err != nil {
 		return err
 	}
-	why := fmt.Errorf("topic %q was deleted: %w", topic, engine.ErrTopicNotFound)
 	e.mu.Lock()
 	t := e.topics[topic]
 	var groups []*group
@@ -209,13 +207,13 @@ func (e *eng) DeleteTopic(ctx context.Context, topic string) error {
 	defer cancel()
 	var stopped []<-chan struct{}
 	for _, g := range groups {
-		stopped = append(stopped, g.vanish(why))
+		stopped = append(stopped, g.vanish(errTopicDeleted))
 	}
 	parts := 0
 	if t != nil {
 		parts = t.parts
 	} else if err := e.names.checkTopic(topic, 1); err != nil {
-		return fmt.Errorf("delete topic %q: %w", topic, engine.ErrTopicNotFound)
+		return engine.ErrTopicNotFound
 	} else {
 		// A topic this broker did not open: its first stream tells how
 		// many partitions it has.
@@ -224,20 +222,20 @@ func (e *eng) DeleteTopic(ctx context.Context, topic string) error {
 		case err == nil:
 			parts = max(1, atoiOr(info.CachedInfo().Config.Metadata["logbus_partitions"], 1))
 		case !errors.Is(err, natsjs.ErrStreamNotFound):
-			return notDeleted(fmt.Errorf("delete topic %q: %w", topic, err))
+			return notDeleted(err)
 		}
 	}
 	found, err := e.deleteTopic(sctx, topic, parts)
 	if err != nil {
-		return notDeleted(fmt.Errorf("delete topic %q: %w", topic, err))
+		return notDeleted(err)
 	}
 	if !found && t == nil {
-		return fmt.Errorf("delete topic %q: %w", topic, engine.ErrTopicNotFound)
+		return engine.ErrTopicNotFound
 	}
 	select {
 	case <-waitAll(stopped):
 	case <-ctx.Done():
-		return fmt.Errorf("delete topic %q: deleted; deliveries in flight go on: %w", topic, ctx.Err())
+		return fmt.Errorf("deleted; deliveries still in flight: %w", ctx.Err())
 	}
 	return nil
 }
@@ -275,6 +273,13 @@ func (e *eng) deleteTopic(ctx context.Context, topic string, parts int) (bool, e
 	}
 	return found, e.deleteKeys(ctx, enc+".>")
 }
+
+// The errors of calls on a deleted group's or topic's handles (the typed
+// layer names the group and topic).
+var (
+	errGroupDeleted = fmt.Errorf("%w: the group was deleted", engine.ErrSubscription)
+	errTopicDeleted = fmt.Errorf("%w: the topic was deleted", engine.ErrTopicNotFound)
+)
 
 // notDeleted is the error of a deletion the server did not carry out (or
 // only in part): it wraps ErrUnavailable, also when ctx's error was the
@@ -325,7 +330,7 @@ func (t *topic) isDeleted() bool { return t.deleted.Load() }
 // refuseDeleted is ErrTopicNotFound once the topic was deleted.
 func (t *topic) refuseDeleted() error {
 	if t.isDeleted() {
-		return fmt.Errorf("topic %q was deleted: %w", t.name, engine.ErrTopicNotFound)
+		return errTopicDeleted
 	}
 	return nil
 }
@@ -416,7 +421,7 @@ func (g *group) goneOnServer() bool {
 		g.t.markDeleted()
 		g.vanish(g.t.refuseDeleted())
 	case errors.Is(err, natsjs.ErrConsumerNotFound):
-		g.vanish(fmt.Errorf("group %q of topic %q was deleted: %w", g.name, g.t.name, engine.ErrSubscription))
+		g.vanish(errGroupDeleted)
 	default:
 		return false
 	}
@@ -438,7 +443,7 @@ func (g *group) serverErr(ctx context.Context, err error) error {
 		g.t.markDeleted()
 		g.vanish(g.t.refuseDeleted())
 	case errors.Is(err, natsjs.ErrConsumerNotFound):
-		g.vanish(fmt.Errorf("group %q of topic %q was deleted: %w", g.name, g.t.name, engine.ErrSubscription))
+		g.vanish(errGroupDeleted)
 	default:
 		return g.e.ctxErr(ctx, err)
 	}

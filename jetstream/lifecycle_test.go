@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -365,5 +366,51 @@ func TestPingAfterClose(t *testing.T) {
 	}
 	if err := e.Ping(t.Context()); !errors.Is(err, pubsub.ErrClosed) || errors.Is(err, pubsub.ErrUnavailable) {
 		t.Errorf("Ping after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestLifecycleErrorsSayEachNameOnce: the engine's errors add only what
+// the typed layer does not say (which names the topic and group), as
+// pubsub's TestErrorTextsSayEachNameOnce asks of every engine.
+func TestLifecycleErrorsSayEachNameOnce(t *testing.T) {
+	b := newBroker(t)
+	ctx := t.Context()
+	tp, err := pubsub.NewTopic(b, "tq", codec.String(), codec.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := tp.Subscribe("gq", "cq", pubsubtest.NewRecorder[string]())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DeleteGroup(ctx, "gq", "tq"); err != nil {
+		t.Fatal(err)
+	}
+	seekDeleted := g.Seek(ctx, 0, 0)
+	deleteUnknown := b.DeleteGroup(ctx, "nq", "tq")
+	if err := b.DeleteTopic(ctx, "tq"); err != nil {
+		t.Fatal(err)
+	}
+	_, publishDeleted := tp.Publish(ctx, "k", "v")
+	for _, c := range []struct {
+		name  string
+		err   error
+		names []string
+		want  error
+	}{
+		{"Seek on a deleted group", seekDeleted, []string{"tq", "gq"}, pubsub.ErrSubscription},
+		{"DeleteGroup unknown", deleteUnknown, []string{"tq", "nq"}, pubsub.ErrSubscription},
+		{"DeleteTopic unknown", b.DeleteTopic(ctx, "nq"), []string{"nq"}, pubsub.ErrTopicNotFound},
+		{"Publish to a deleted topic", publishDeleted, []string{"tq"}, pubsub.ErrTopicNotFound},
+	} {
+		if !errors.Is(c.err, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, c.err, c.want)
+			continue
+		}
+		for _, n := range c.names {
+			if got := strings.Count(c.err.Error(), `"`+n+`"`); got != 1 {
+				t.Errorf("%s: %q names %q %d times, want once", c.name, c.err, n, got)
+			}
+		}
 	}
 }

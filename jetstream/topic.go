@@ -353,9 +353,9 @@ func (try *tries) failed(t *topic, ctx context.Context, p int, cause error) erro
 		cause = fmt.Errorf("%w (%w)", engine.ErrClosed, cause)
 	}
 	if try.sent {
-		return t.e.ctxErr(ctx, fmt.Errorf("publish to topic %q partition %d: %w: %w", t.name, p, ErrOutcomeUnknown, cause))
+		return t.e.ctxErr(ctx, fmt.Errorf("partition %d: %w: %w", p, ErrOutcomeUnknown, cause))
 	}
-	return t.e.ctxErr(ctx, fmt.Errorf("publish to topic %q partition %d: not stored: %w", t.name, p, cause))
+	return t.e.ctxErr(ctx, fmt.Errorf("partition %d: not stored: %w", p, cause))
 }
 
 // awaitConnection returns nil once the connection is up, or the error that
