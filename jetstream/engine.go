@@ -59,7 +59,7 @@ func (o *opener) Open(ecfg engine.Config) (engine.Engine, error) {
 		return nil, err
 	}
 	e := &eng{cfg: cfg, names: names{prefix: encodeName(cfg.prefix)}, retry: retry, obs: ecfg.Observer,
-		topics: map[string]*topic{}, groups: map[groupKey]*group{},
+		topics: map[string]*topic{}, groups: map[groupKey]*group{}, retired: map[*group]bool{},
 		closing: make(chan struct{}), commits: make(chan struct{})}
 	e.handlerCtx, e.cancelHandlers = context.WithCancel(context.Background())
 	var id [6]byte
@@ -131,6 +131,7 @@ type eng struct {
 	state   engine.State
 	topics  map[string]*topic
 	groups  map[groupKey]*group
+	retired map[*group]bool // deleted groups until their workers exited (lifecycle.go: vanish)
 	commits chan struct{} // closed and replaced on every local commit, for Drain
 
 	closeOnce sync.Once
@@ -425,6 +426,11 @@ func (e *eng) close(ctx context.Context) error {
 	for _, g := range groups {
 		stopped = append(stopped, g.shutdown())
 	}
+	e.mu.Lock()
+	for g := range e.retired { // deleted groups whose deliveries still run: Close waits for them too
+		stopped = append(stopped, g.shutdown())
+	}
+	e.mu.Unlock()
 	all := make(chan struct{})
 	go func() { // exits when every group's workers have exited
 		for _, s := range stopped {

@@ -378,9 +378,10 @@ func (g *group) refuseGone() error {
 // with why; the loop and the workers stop, each after its delivery in
 // flight, which commits nothing; the members' keys go (if they still are
 // theirs) and their onLeave runs once their workers exited; the group
-// leaves the broker's registry, so that its name makes a new group. The
-// channel closes once the workers and the loop exited (unless vanish is
-// called from the loop, which exits when it returns). Idempotent.
+// leaves the broker's registry, so that its name makes a new group (Close
+// still waits for its workers). The channel closes once the workers and
+// the loop exited (unless vanish is called from the loop, which exits when
+// it returns). Idempotent.
 func (g *group) vanish(why error) <-chan struct{} {
 	if !g.gone.CompareAndSwap(nil, &why) {
 		return closedChan
@@ -390,6 +391,7 @@ func (g *group) vanish(why error) <-chan struct{} {
 	if e.groups[groupKey{g.t.name, g.name}] == g {
 		delete(e.groups, groupKey{g.t.name, g.name})
 	}
+	e.retired[g] = true
 	e.mu.Unlock()
 	stopped := g.shutdown()
 	r, cancel := e.read()
@@ -398,6 +400,9 @@ func (g *group) vanish(why error) <-chan struct{} {
 	go func() { // exits once the workers and the loop have exited
 		<-stopped
 		g.closePullers()
+		e.mu.Lock()
+		delete(e.retired, g)
+		e.mu.Unlock()
 	}()
 	return stopped
 }

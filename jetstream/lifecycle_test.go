@@ -414,3 +414,43 @@ func TestLifecycleErrorsSayEachNameOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseWaitsForADeletedGroupsHandler: a handler of a deleted group
+// still running is waited for by Close, as any delivery in flight, until
+// Close's ctx ends and cancels it.
+func TestCloseWaitsForADeletedGroupsHandler(t *testing.T) {
+	b := pubsub.NewBroker(pubsub.WithEngine(testServer.Engine(testOptions()...)))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, cancelled := make(chan struct{}), make(chan struct{})
+	if _, err := topic.Subscribe("g", "c", pubsub.HandlerFunc[string](func(hctx context.Context, _ pubsub.Message[string]) error {
+		close(entered)
+		<-hctx.Done() // returns only when Close gives up on it
+		close(cancelled)
+		return hctx.Err()
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topic.PublishValue(ctx, "v"); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	dctx, dcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer dcancel()
+	if err := b.DeleteGroup(dctx, "g", "orders"); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, pubsub.ErrUnavailable) {
+		t.Fatalf("DeleteGroup with its handler running: %v, want only the context's error (deleted all the same)", err)
+	}
+	const bound = 300 * time.Millisecond
+	cctx, ccancel := context.WithTimeout(ctx, bound)
+	defer ccancel()
+	start := time.Now()
+	_ = b.Close(cctx)
+	if took := time.Since(start); took < bound-10*time.Millisecond {
+		t.Errorf("Close returned after %v with a deleted group's handler running, want it to wait until its ctx ended (%v)", took, bound)
+	}
+	<-cancelled
+}
