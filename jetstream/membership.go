@@ -175,6 +175,11 @@ func (g *group) liveMembers(ctx context.Context) ([]string, map[string]bool, err
 	for k := range lister.Keys() {
 		names = append(names, decodeName(strings.TrimPrefix(k, prefix)))
 	}
+	if err := ctx.Err(); err != nil {
+		// The lister stops when ctx ends, and then lists what it had:
+		// not every member (Drain would take a group for memberless).
+		return nil, nil, err
+	}
 	slices.Sort(names)
 	names = slices.Compact(names)
 	set := make(map[string]bool, len(names))
