@@ -589,7 +589,8 @@ func (g *group) latest(ctx context.Context, n int) ([]engine.DeadLetter, error) 
 // made carry their original error; others an error with the same text
 // that matches the same sentinels: a *pubsub.DecodeError, an
 // *engine.PanicError (its Value the panic's text, no stack) or an error
-// wrapping ErrPermanent. After Close it answers from what Close read.
+// wrapping ErrPermanent. After Close it answers from what Close read;
+// none once the group was deleted.
 func (g *group) DeadLetters() []engine.DeadLetter {
 	if g.gone.Load() != nil { // deleted: an empty group
 		return nil

@@ -132,7 +132,7 @@ type eng struct {
 	topics  map[string]*topic
 	groups  map[groupKey]*group
 	retired map[*group]bool // deleted groups until their workers exited (lifecycle.go: vanish)
-	commits chan struct{} // closed and replaced on every local commit, for Drain
+	commits chan struct{}   // closed and replaced on every local commit, for Drain
 
 	closeOnce sync.Once
 	closeErr  error
