@@ -236,8 +236,11 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 	if err := g.openRedrive(ctx); err != nil {
 		return nil, e.ctxErr(ctx, fmt.Errorf("group %q: redrive stream: %w", name, err))
 	}
-	g.lettersSeen.store(int64(g.dlq.CachedInfo().State.Msgs))
-	g.evictedSeen.store(max(0, int64(g.dlq.CachedInfo().State.LastSeq)-int64(g.dlq.CachedInfo().State.Msgs)-int64(g.rdq.CachedInfo().State.LastSeq)))
+	// What the reads serve until they read the server themselves
+	// (reads.go: readLetterCounts).
+	dst, rst := g.dlq.CachedInfo().State, g.rdq.CachedInfo().State
+	g.lettersSeen.store(int64(dst.Msgs))
+	g.evictedSeen.store(max(0, int64(dst.LastSeq)-int64(dst.Msgs)-int64(rst.LastSeq)-g.discarded(ctx)))
 	if created && spec != nil && spec.Start.Kind != engine.StartEarliest {
 		// The consumers deliver from the first record; move them to the
 		// start before any member pulls (their members join after this).
