@@ -40,9 +40,11 @@ func TestCloseIsBoundedWhenTheServerIsGone(t *testing.T) {
 	start := time.Now()
 	err = b.Close(cctx)
 	const grace = 60 * time.Millisecond // closeGrace, and scheduling on a loaded machine
-	if took := time.Since(start); took > bound+grace {
+	took := time.Since(start)
+	if took > bound+grace {
 		t.Errorf("Close took %v with a context of %v, want it back within %v more", took, bound, grace)
 	}
+	t.Logf("Close took %v with a context of %v", took, bound)
 	if !errors.Is(err, pubsub.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Close with the server gone: got %v, want ErrUnavailable and the context's error", err)
 	}
