@@ -158,6 +158,7 @@ func (w *worker) runBatches() {
 		}
 		got, err := w.fetchBatch(n, retry == 0)
 		s.setPhase(parked)
+		g.pullFailed(err)
 		for _, h := range got {
 			buf = insertHeld(buf, h)
 		}

@@ -17,6 +17,9 @@ import (
 // broker's deliveries in flight.
 // When ctx ends first, the group is paused all the same.
 func (g *group) Pause(ctx context.Context) error {
+	if err := g.refuseGone(); err != nil {
+		return err
+	}
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -34,7 +37,7 @@ func (g *group) Pause(ctx context.Context) error {
 	for p, s := range g.t.streams {
 		if _, err := s.PauseConsumer(ctx, g.e.names.consumer(g.name, p), until); err != nil {
 			g.cfgMu.Unlock()
-			return g.e.ctxErr(ctx, fmt.Errorf("partition %d: %w", p, err))
+			return g.serverErr(ctx, fmt.Errorf("partition %d: %w", p, err))
 		}
 		// The redrive consumer too, so that no broker delivers a redriven
 		// letter while the group is paused.
@@ -82,6 +85,9 @@ func (g *group) followResume() {
 
 // Resume resumes the group's consumers on the server.
 func (g *group) Resume(ctx context.Context) error {
+	if err := g.refuseGone(); err != nil {
+		return err
+	}
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -92,7 +98,7 @@ func (g *group) Resume(ctx context.Context) error {
 	for p, s := range g.t.streams {
 		if _, err := s.ResumeConsumer(ctx, g.e.names.consumer(g.name, p)); err != nil {
 			g.cfgMu.Unlock()
-			return g.e.ctxErr(ctx, fmt.Errorf("partition %d: %w", p, err))
+			return g.serverErr(ctx, fmt.Errorf("partition %d: %w", p, err))
 		}
 		if _, err := g.rdq.ResumeConsumer(ctx, g.e.names.redriveConsumer(p)); err != nil {
 			g.cfgMu.Unlock()
@@ -116,12 +122,15 @@ func (g *group) Seek(ctx context.Context, partition int, offset int64) error {
 	if err := g.e.refuse("seek"); err != nil {
 		return err
 	}
+	if err := g.refuseGone(); err != nil {
+		return err
+	}
 	if partition < 0 || partition >= g.t.parts {
 		return fmt.Errorf("%w: topic %q has no partition %d", engine.ErrInvalid, g.t.name, partition)
 	}
-	info, err := g.t.streams[partition].Info(ctx)
+	info, err := g.t.streamInfo(ctx, partition)
 	if err != nil {
-		return g.e.ctxErr(ctx, err)
+		return g.serverErr(ctx, err)
 	}
 	first, last := info.State.FirstSeq, info.State.LastSeq
 	if first == 0 {
@@ -136,6 +145,9 @@ func (g *group) Seek(ctx context.Context, partition int, offset int64) error {
 // Replay moves every partition's consumer to from.
 func (g *group) Replay(ctx context.Context, from engine.Start) error {
 	if err := g.e.refuse("replay"); err != nil {
+		return err
+	}
+	if err := g.refuseGone(); err != nil {
 		return err
 	}
 	if err := from.Validate(); err != nil {
@@ -177,8 +189,16 @@ func (g *group) reposition(ctx context.Context, seqs map[int]uint64) error {
 		}
 	}
 	for _, p := range ps {
-		if _, err := g.t.streams[p].ResetConsumerToSequence(ctx, g.e.names.consumer(g.name, p), seqs[p]); err != nil {
+		// The server does not answer a reset of a consumer that does not
+		// exist: ask for it first (a group another broker deleted).
+		if _, err := g.consumerInfo(ctx, p); err != nil {
+			if gone := g.refuseGone(); gone != nil {
+				return gone
+			}
 			return g.e.ctxErr(ctx, fmt.Errorf("partition %d: %w", p, err))
+		}
+		if _, err := g.t.streams[p].ResetConsumerToSequence(ctx, g.e.names.consumer(g.name, p), seqs[p]); err != nil {
+			return g.serverErr(ctx, fmt.Errorf("partition %d: %w", p, err))
 		}
 		g.slots[p].bumpEpoch(seqs[p])
 	}

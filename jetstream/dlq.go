@@ -589,8 +589,12 @@ func (g *group) latest(ctx context.Context, n int) ([]engine.DeadLetter, error) 
 // made carry their original error; others an error with the same text
 // that matches the same sentinels: a *pubsub.DecodeError, an
 // *engine.PanicError (its Value the panic's text, no stack) or an error
-// wrapping ErrPermanent. After Close it answers from what Close read.
+// wrapping ErrPermanent. After Close it answers from what Close read;
+// none once the group was deleted.
 func (g *group) DeadLetters() []engine.DeadLetter {
+	if g.gone.Load() != nil { // deleted: an empty group
+		return nil
+	}
 	if s := g.snap.Load(); s != nil {
 		return slices.Clone(s.letters)
 	}
@@ -614,6 +618,9 @@ func (g *group) DeadLetters() []engine.DeadLetter {
 func (g *group) LatestDeadLetters(ctx context.Context, n int) ([]engine.DeadLetter, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("%w: dead letters: n is %d", engine.ErrInvalid, n)
+	}
+	if err := g.refuseGone(); err != nil {
+		return nil, err
 	}
 	if s := g.snap.Load(); s != nil {
 		out := make([]engine.DeadLetter, 0, min(n, len(s.letters)))
@@ -645,6 +652,9 @@ func (g *group) LatestDeadLetters(ctx context.Context, n int) ([]engine.DeadLett
 // After Close began it fails with ErrClosed.
 func (g *group) DiscardDeadLetters(ctx context.Context, match func(*engine.DeadLetter) bool) (n int, err error) {
 	if err := g.e.refuse("discard dead letters"); err != nil {
+		return 0, err
+	}
+	if err := g.refuseGone(); err != nil {
 		return 0, err
 	}
 	g.mu.Lock()

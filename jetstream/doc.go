@@ -122,8 +122,19 @@
 //	Pause / Resume                        the server's consumer pause (redrive consumers too):
 //	                                        acts across processes (a broker that paused follows
 //	                                        another's Resume within MemberTTL/3)
-//	Lag, Committed                        from each stream's last sequence and the consumer's
-//	                                        ack floor (the server's NumPending lags publishes)
+//	Lag, Committed, Stats                 from each stream's last sequence and the consumer's
+//	                                        ack floor (the server's NumPending lags publishes);
+//	                                        while the server cannot be asked, what was last read,
+//	                                        never 0 or -1 (Snapshot: Unavailable, Observed)
+//	errors of calls that need the server  wrap ErrUnavailable (connection lost, no responders,
+//	                                        no quorum, a request timeout); Ping asks the server
+//	a failed Publish                      stored nothing, unless its error wraps
+//	                                        ErrOutcomeUnknown (sent, never answered); within ctx
+//	                                        the engine waits out an outage and sends again under
+//	                                        the record's message ID, stored once. The server holds
+//	                                        each ID for its duplicate window (2 minutes): about
+//	                                        100 bytes of its memory per record published in that
+//	                                        time (measured), and the ID's header is stored
 //	Message.Created, MaxAge               the server's clock; WithClock is refused (ErrInvalid)
 //	Message.ID                            "<stream>-<sequence>"; WithIDs is refused (ErrInvalid)
 //	DropOldest                            discard-old; Dropped counts evictions while MaxAge is 0
@@ -147,9 +158,14 @@
 //	Drain                                 waits for the groups this broker joined (their
 //	                                        redriven letters too), polling the server every
 //	                                        20ms (local commits wake it at once)
-//	Close(ctx)                            as documented; ShutdownError names the partitions of
-//	                                        this broker's groups that no other broker carries
-//	                                        on; reads after Close answer from what Close saw last
+//	Close(ctx)                            as documented, also with the server down (what was
+//	                                        left is then as last observed, and the error wraps
+//	                                        ErrUnavailable); ShutdownError names the partitions of
+//	                                        this broker's groups that no other broker carries on,
+//	                                        which drain only what this broker owns; reads after
+//	                                        Close answer from what Close saw last
+//	DeleteGroup, DeleteTopic              on the server; other brokers stop their members once
+//	                                        they see the deal deleted or a pull finds no consumer
 //	Broker.Snapshot                       topics, partitions, committed offsets, lag and
 //	                                        Oldest from the server (Oldest by its clock, Taken
 //	                                        by this process's); owners and consumers from the
@@ -186,8 +202,8 @@
 // (5ms: about 30 thousand against 26).
 //
 // Of the optional capabilities of the engine boundary it declares
-// GiveBack, Observed, StuckDetection and Batches, and it is a Snapshotter
-// and a Redriver: the server stamps records (no injected clock) and names
+// GiveBack, Observed, StuckDetection and Batches, and it is a Snapshotter,
+// a Redriver, a Deleter and a Pinger: the server stamps records (no injected clock) and names
 // them (no custom IDs); Block polls the server's ack floors (not exact)
 // and reuses no buffers; the nats.go client cannot run in a synctest
 // bubble (no virtual time).

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,7 +59,7 @@ func (o *opener) Open(ecfg engine.Config) (engine.Engine, error) {
 		return nil, err
 	}
 	e := &eng{cfg: cfg, names: names{prefix: encodeName(cfg.prefix)}, retry: retry, obs: ecfg.Observer,
-		topics: map[string]*topic{}, groups: map[groupKey]*group{},
+		topics: map[string]*topic{}, groups: map[groupKey]*group{}, retired: map[*group]bool{},
 		closing: make(chan struct{}), commits: make(chan struct{})}
 	e.handlerCtx, e.cancelHandlers = context.WithCancel(context.Background())
 	var id [6]byte
@@ -66,6 +68,9 @@ func (o *opener) Open(ecfg engine.Config) (engine.Engine, error) {
 	js := o.js
 	if o.dial != nil {
 		if e.nc, err = o.dial(); err != nil {
+			if unreachable(err) {
+				err = fmt.Errorf("%w (%w)", err, engine.ErrUnavailable)
+			}
 			return nil, fmt.Errorf("jetstream: connect: %w", err)
 		}
 		if js, err = natsjs.New(e.nc); err != nil {
@@ -83,7 +88,7 @@ func (o *opener) Open(ecfg engine.Config) (engine.Engine, error) {
 		if e.nc != nil {
 			e.nc.Close()
 		}
-		return nil, fmt.Errorf("jetstream: membership bucket: %w", err)
+		return nil, e.ctxErr(ctx, fmt.Errorf("jetstream: membership bucket: %w", err))
 	}
 	e.deals, err = js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{
 		Bucket: e.names.bucket() + "_deals", Storage: natsjs.MemoryStorage, History: 1,
@@ -92,8 +97,9 @@ func (o *opener) Open(ecfg engine.Config) (engine.Engine, error) {
 		if e.nc != nil {
 			e.nc.Close()
 		}
-		return nil, fmt.Errorf("jetstream: assignment bucket: %w", err)
+		return nil, e.ctxErr(ctx, fmt.Errorf("jetstream: assignment bucket: %w", err))
 	}
+	e.watchConnection()
 	if ecfg.StuckAfter > 0 {
 		e.stuck = newWatchdog(e, ecfg.StuckAfter)
 		go e.stuck.run() // exits when Close halts it
@@ -109,6 +115,7 @@ type eng struct {
 	obs      engine.Observer // nil when nothing listens; called outside every lock
 	stuck    *watchdog       // nil unless Config.StuckAfter is set (stuck.go)
 	instance string          // this engine's random ID, the value of its membership keys
+	msgs     atomic.Uint64   // publishes made, for their message IDs (nextMsgID)
 	nc       *nats.Conn      // owned; nil when the connection is the caller's
 	js       natsjs.JetStream
 	kv       natsjs.KeyValue // membership: a key per member, with TTL
@@ -124,13 +131,21 @@ type eng struct {
 	state   engine.State
 	topics  map[string]*topic
 	groups  map[groupKey]*group
-	commits chan struct{} // closed and replaced on every local commit, for Drain
+	retired map[*group]bool // deleted groups until their workers exited (lifecycle.go: vanish)
+	commits chan struct{}   // closed and replaced on every local commit, for Drain
 
 	closeOnce sync.Once
 	closeErr  error
+	// The connection's status, followed by watchConnection: epoch ends
+	// when the connection is lost.
+	epoch      atomic.Pointer[connEpoch]
+	status     chan nats.Status
+	statusDone chan struct{}
+
 	// tail bounds, in Unix nanoseconds, the requests Close makes after
-	// its workers stopped (what was left, the snapshots): so Close still
-	// returns about when its ctx ends.
+	// its workers stopped (what was left, the snapshots), so that Close
+	// returns by the time its ctx ends; once it passed, the reads ask the
+	// server nothing (mayAsk).
 	tail atomic.Int64
 }
 
@@ -171,6 +186,12 @@ func (e *eng) ctx() (context.Context, context.CancelFunc) {
 		d = time.Unix(0, tail)
 	}
 	return context.WithDeadline(context.Background(), d)
+}
+
+// nextMsgID returns the message ID of a new publish: unique to this
+// broker (its random instance) and to the publish.
+func (e *eng) nextMsgID() string {
+	return e.instance + "-" + strconv.FormatUint(e.msgs.Add(1), 36)
 }
 
 // committed wakes Drain: a local delivery settled.
@@ -242,35 +263,74 @@ func (e *eng) Drain(ctx context.Context) error {
 	return e.drain(ctx, false)
 }
 
-// drain is Drain; with skipStalled (Close) a stalled group is left
-// behind instead of failing at once.
-func (e *eng) drain(ctx context.Context, skipStalled bool) error {
+// drain is Drain. For Close (closing set), a stalled group is left
+// behind instead of failing at once, and a group with live members in
+// other brokers is waited for only in the partitions this broker's
+// members own: the others carry on with the rest, and take over those
+// once this broker left.
+func (e *eng) drain(ctx context.Context, closing bool) error {
 	type target struct {
 		g   *group
 		p   int
 		end uint64
 	}
 	var targets []target
-	for _, g := range e.localGroups() {
+	groups := e.localGroups()
+	// left names what the drain had not seen settled when ctx ended (also
+	// when it ended during a request): the targets, or every group before
+	// the targets are known.
+	left := func(tgs []target) error {
+		var names []string
+		if tgs == nil {
+			for _, g := range groups {
+				names = append(names, fmt.Sprintf("group %q of topic %q", g.name, g.t.name))
+			}
+		}
+		for _, tg := range tgs {
+			if tg.p < 0 {
+				names = append(names, fmt.Sprintf("group %q of topic %q: its redriven dead letters", tg.g.name, tg.g.t.name))
+				continue
+			}
+			names = append(names, fmt.Sprintf("group %q of topic %q partition %d", tg.g.name, tg.g.t.name, tg.p))
+		}
+		slices.Sort(names)
+		return fmt.Errorf("drain left %s: %w", strings.Join(slices.Compact(names), ", "), ctx.Err())
+	}
+	for _, g := range groups {
+		mine := g.drainedByClose()
 		for p := range g.t.parts {
-			info, err := g.t.streams[p].Info(ctx)
+			if closing && mine != nil && !mine[p] {
+				continue
+			}
+			info, err := g.t.streamInfo(ctx, p)
+			if errors.Is(err, natsjs.ErrStreamNotFound) && g.serverErr(ctx, err) != nil {
+				break // deleted, by another broker: nothing to wait for
+			}
+			if err != nil && ctx.Err() != nil && !e.unavailable(ctx, err) {
+				return left(nil)
+			}
 			if err != nil {
 				return e.ctxErr(ctx, fmt.Errorf("drain: topic %q partition %d: %w", g.t.name, p, err))
 			}
 			targets = append(targets, target{g, p, info.State.LastSeq})
 		}
-		targets = append(targets, target{g: g, p: -1}) // its redriven dead letters, until none is left
+		if !closing || mine == nil {
+			targets = append(targets, target{g: g, p: -1}) // its redriven dead letters, until none is left
+		}
 	}
 	stalled := map[*group]bool{}
 	for {
 		wake := e.commitSignal()
-		var left []target
-		for _, tg := range targets {
-			if stalled[tg.g] {
+		var rest []target
+		for i, tg := range targets {
+			if stalled[tg.g] || tg.g.gone.Load() != nil { // a deleted group has nothing to wait for
 				continue
 			}
 			if tg.p < 0 {
 				rinfo, err := tg.g.rdq.Info(ctx)
+				if err != nil && ctx.Err() != nil && !e.unavailable(ctx, err) {
+					return left(append(rest, targets[i:]...))
+				}
 				if err != nil {
 					return e.ctxErr(ctx, fmt.Errorf("drain: group %q redrive stream: %w", tg.g.name, err))
 				}
@@ -278,7 +338,13 @@ func (e *eng) drain(ctx context.Context, skipStalled bool) error {
 					continue
 				}
 			}
-			info, err := tg.g.consumers[max(tg.p, 0)].Info(ctx)
+			info, err := tg.g.consumerInfo(ctx, max(tg.p, 0))
+			if err != nil && tg.g.gone.Load() != nil {
+				continue // deleted meanwhile, by another broker
+			}
+			if err != nil && ctx.Err() != nil && !e.unavailable(ctx, err) {
+				return left(append(rest, targets[i:]...))
+			}
 			if err != nil {
 				return e.ctxErr(ctx, fmt.Errorf("drain: group %q partition %d: %w", tg.g.name, tg.p, err))
 			}
@@ -286,39 +352,31 @@ func (e *eng) drain(ctx context.Context, skipStalled bool) error {
 				continue
 			}
 			if why := tg.g.stalled(ctx, info); why != "" {
-				if !skipStalled {
+				if !closing {
 					return fmt.Errorf("group %q on topic %q is %s with lag: %w", tg.g.name, tg.g.t.name, why, engine.ErrStalled)
 				}
 				stalled[tg.g] = true
 				continue
 			}
-			left = append(left, tg)
+			rest = append(rest, tg)
 		}
-		if len(left) == 0 {
+		if len(rest) == 0 {
 			if len(stalled) > 0 {
 				var names []string
 				for g := range stalled {
 					names = append(names, fmt.Sprintf("%q", g.name))
 				}
 				slices.Sort(names)
-				return fmt.Errorf("groups %v cannot make progress: %w", names, engine.ErrStalled)
+				return fmt.Errorf("groups %s cannot make progress: %w", strings.Join(names, ", "), engine.ErrStalled)
 			}
 			return nil
 		}
-		targets = left
+		targets = rest
 		t := time.NewTimer(20 * time.Millisecond)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			var names []string
-			for _, tg := range left {
-				if tg.p < 0 {
-					names = append(names, fmt.Sprintf("group %q redriven dead letters", tg.g.name))
-					continue
-				}
-				names = append(names, fmt.Sprintf("group %q partition %d", tg.g.name, tg.p))
-			}
-			return fmt.Errorf("drain left %v: %w", slices.Compact(names), ctx.Err())
+			return left(rest)
 		case <-wake:
 		case <-t.C:
 		}
@@ -334,23 +392,17 @@ func settledTo(info *natsjs.ConsumerInfo, end uint64) bool {
 	return info.AckFloor.Stream >= end || info.Delivered.Stream >= end && info.NumAckPending == 0
 }
 
-// ctxErr prefers ctx's error, so a request cut short by ctx says so.
-func (e *eng) ctxErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-		return fmt.Errorf("%w (%v)", ctx.Err(), err)
-	}
-	return err
-}
-
 // closeGrace is how long Close waits, after ctx ended and handlers were
 // cancelled, for them to return.
 const closeGrace = 10 * time.Millisecond
 
 // Close refuses new work, drains the groups that can make progress
-// (bounded by ctx), stops every worker, removes this broker's consumers
-// from their groups and closes the connection it owns. It returns by the
-// time ctx ends plus closeGrace, and a *ShutdownError naming what this
-// broker's groups had not committed.
+// (bounded by ctx: see drain), stops every worker, removes this broker's
+// consumers from their groups and closes the connection it owns. It
+// returns by the time ctx ends plus closeGrace, also when the server
+// cannot be reached, and a *ShutdownError naming the partitions of this
+// broker's groups that no other broker carries on and that had not
+// committed everything (see close).
 func (e *eng) Close(ctx context.Context) error {
 	e.closeOnce.Do(func() { e.closeErr = e.close(ctx) })
 	return e.closeErr
@@ -374,6 +426,11 @@ func (e *eng) close(ctx context.Context) error {
 	for _, g := range groups {
 		stopped = append(stopped, g.shutdown())
 	}
+	e.mu.Lock()
+	for g := range e.retired { // deleted groups whose deliveries still run: Close waits for them too
+		stopped = append(stopped, g.shutdown())
+	}
+	e.mu.Unlock()
 	all := make(chan struct{})
 	go func() { // exits when every group's workers have exited
 		for _, s := range stopped {
@@ -402,26 +459,36 @@ func (e *eng) close(ctx context.Context) error {
 		e.stuck.halt()
 	}
 
-	// What was left: the server's view, bounded by a short tail so Close
-	// still returns promptly: the rest of ctx, at most a second, or 100ms
-	// when ctx has ended.
-	tail := 100 * time.Millisecond
-	if dl, ok := ctx.Deadline(); ctx.Err() == nil {
-		tail = time.Second
-		if ok {
-			tail = max(min(tail, time.Until(dl)), 100*time.Millisecond)
+	// What was left, and this broker's members out of their groups: asked
+	// of the server in a tail that ends with ctx (at most a second), or,
+	// once ctx ended, within closeGrace of its end. While the connection is
+	// down nothing more waits on the server, so Close keeps its bound:
+	// what was left is then as last observed (the drain polled it, and
+	// this broker's publishes count), and the members' keys are left to
+	// expire after MemberTTL, as a crashed broker's do; the keys are
+	// deleted without waiting for the answer once the tail is spent.
+	end := time.Now().Add(time.Second)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(end) {
+		end = dl
+	}
+	if ctx.Err() != nil {
+		end = time.Now().Add(closeGrace)
+		if dl, ok := ctx.Deadline(); ok && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			end = dl.Add(closeGrace)
 		}
 	}
-	e.tail.Store(time.Now().Add(tail).UnixNano())
-	var unfinished []engine.Unfinished
-	rctx, cancel := e.ctx()
-	for _, g := range groups {
-		unfinished = append(unfinished, g.unfinished(rctx)...)
-		g.leaveAll(rctx)
+	if !e.connected() {
+		end = time.Now()
 	}
-	cancel()
+	e.tail.Store(end.UnixNano())
+	var unfinished []engine.Unfinished
+	r, cancel := e.read()
 	for _, g := range groups {
-		g.takeSnap()
+		unfinished = append(unfinished, g.unfinished(r)...)
+		g.leaveAll(r)
+	}
+	for _, g := range groups {
+		g.takeSnap(r)
 	}
 	e.mu.Lock()
 	topics := make([]*topic, 0, len(e.topics))
@@ -430,31 +497,40 @@ func (e *eng) close(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	for _, t := range topics {
-		st := t.Stats()
-		t.snap.Store(&st)
+		t.stats(r)
 	}
+	cancel()
+	connected := e.connected()
+	drainDown := drainErr != nil && e.unavailable(ctx, drainErr)
+	e.tail.Store(time.Now().UnixNano()) // from now on the reads answer from what Close saw
 	e.mu.Lock()
 	e.state = engine.Stopped
 	e.mu.Unlock()
+	e.stopWatching()
 	if e.nc != nil {
 		e.nc.Close()
 	}
-	if len(unfinished) == 0 {
-		if drainErr != nil && stalled == nil {
-			// The drain failed (the server could not be asked) and what was
-			// left is unknown: say so rather than claim success.
-			return &engine.ShutdownError{Err: drainErr}
+	// The error names what was left, and only that: the partitions listed,
+	// and why (ctx's error, the stalled groups, or the server's). When the
+	// server could not be reached, what was left is as last observed, and
+	// the error wraps ErrUnavailable: nil means the server confirmed that
+	// nothing was left.
+	cause := cmpErr(ctxErr, stalled, drainErr)
+	if !connected || r.failed || drainDown {
+		switch {
+		case cause == nil:
+			cause = engine.ErrUnavailable
+		case !errors.Is(cause, engine.ErrUnavailable):
+			cause = fmt.Errorf("%w (%w)", cause, engine.ErrUnavailable)
 		}
-		return nil
 	}
-	err := ctxErr
-	if err == nil {
-		err = stalled
+	if len(unfinished) > 0 {
+		return &engine.ShutdownError{Unfinished: unfinished, Err: cause}
 	}
-	if err == nil {
-		err = drainErr
+	if cause != nil && stalled == nil && (ctxErr == nil || errors.Is(cause, engine.ErrUnavailable)) {
+		return fmt.Errorf("close: nothing was left undelivered as last observed, but the server could not confirm it: %w", cause)
 	}
-	return &engine.ShutdownError{Unfinished: unfinished, Err: err}
+	return nil
 }
 
 // refuse reports ErrClosed once Close has begun.

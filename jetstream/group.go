@@ -61,6 +61,20 @@ type group struct {
 	dropped atomic.Int64
 
 	snap atomic.Pointer[groupSnap] // what the reads return once the broker stopped
+
+	// What was last read from the server (unavailable.go): the consumers,
+	// the number of dead letters and how many were evicted, the oldest
+	// uncommitted record's time.
+	seen        []atomic.Pointer[consumerSeen]
+	lettersSeen seenInt64
+	evictedSeen seenInt64
+	oldestSeen  []atomic.Pointer[oldestSeen]
+
+	// gone is set once the group was deleted (lifecycle.go): why its calls
+	// fail. suspectGone is set by a worker whose pull found no consumer:
+	// the loop then asks whether the group is gone.
+	gone        atomic.Pointer[error]
+	suspectGone atomic.Bool
 }
 
 // member is a consumer of this broker in the group.
@@ -155,7 +169,8 @@ func resolveSpec(e *eng, spec engine.GroupSpec) engine.GroupSpec {
 // in the broker. A nil spec with no consumers is ErrSubscription.
 func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine.GroupSpec) (*group, error) {
 	g := &group{e: e, t: t, name: name, members: map[string]*member{}, letters: map[string]error{},
-		wake: make(chan struct{}, 1), consumers: make([]natsjs.Consumer, t.parts), slots: make([]*slot, t.parts)}
+		wake: make(chan struct{}, 1), consumers: make([]natsjs.Consumer, t.parts), slots: make([]*slot, t.parts),
+		seen: make([]atomic.Pointer[consumerSeen], t.parts), oldestSeen: make([]atomic.Pointer[oldestSeen], t.parts)}
 	for p := range g.slots {
 		g.slots[p] = newSlot(p)
 	}
@@ -202,6 +217,7 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 			return nil, fmt.Errorf("group %q exists with other options: %w", name, engine.ErrSubscription)
 		}
 		g.consumers[p] = c
+		g.observeConsumer(p, c.CachedInfo())
 	}
 	var err error
 	g.dlq, err = e.js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
@@ -220,6 +236,11 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 	if err := g.openRedrive(ctx); err != nil {
 		return nil, e.ctxErr(ctx, fmt.Errorf("group %q: redrive stream: %w", name, err))
 	}
+	// What the reads serve until they read the server themselves
+	// (reads.go: readLetterCounts).
+	dst, rst := g.dlq.CachedInfo().State, g.rdq.CachedInfo().State
+	g.lettersSeen.store(int64(dst.Msgs))
+	g.evictedSeen.store(max(0, int64(dst.LastSeq)-int64(dst.Msgs)-int64(rst.LastSeq)-g.discarded(ctx)))
 	if created && spec != nil && spec.Start.Kind != engine.StartEarliest {
 		// The consumers deliver from the first record; move them to the
 		// start before any member pulls (their members join after this).

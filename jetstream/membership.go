@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -89,6 +90,9 @@ func (g *group) loop(stop, done chan struct{}) {
 		case <-stop:
 			return
 		case <-g.wake:
+			if g.suspectGone.Swap(false) && g.goneOnServer() {
+				return // deleted, maybe by another broker (lifecycle.go)
+			}
 		case <-wakes:
 			for _, s := range g.slots {
 				s.wantRedrive()
@@ -102,9 +106,12 @@ func (g *group) loop(stop, done chan struct{}) {
 			if e != nil && e.Operation() == natsjs.KeyValuePut && g.isKnown(e.Key()) {
 				continue // a heartbeat: nothing changed
 			}
-		case _, ok := <-deals:
+		case e, ok := <-deals:
 			if !ok {
 				deals = nil
+			}
+			if e != nil && e.Operation() != natsjs.KeyValuePut && g.goneOnServer() {
+				return // deleted, maybe by another broker (lifecycle.go)
 			}
 		case <-tick.C:
 			// Heartbeats, and the reconcile that notices keys that expired
@@ -167,6 +174,11 @@ func (g *group) liveMembers(ctx context.Context) ([]string, map[string]bool, err
 	var names []string
 	for k := range lister.Keys() {
 		names = append(names, decodeName(strings.TrimPrefix(k, prefix)))
+	}
+	if err := ctx.Err(); err != nil {
+		// The lister stops when ctx ends, and then lists what it had:
+		// not every member (Drain would take a group for memberless).
+		return nil, nil, err
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
@@ -275,8 +287,9 @@ func (g *group) exited(w *worker) {
 	}
 	// Not while the connection is down: the unpin would wait out the
 	// request timeout, and the worker's done with it (Leave and Close wait
-	// for that); the pin lapses by itself after MemberTTL.
-	if !keep && !w.crashed() && g.e.js.Conn().IsConnected() {
+	// for that); the pin lapses by itself after MemberTTL. Nor once the
+	// group was deleted: there is nothing to unpin.
+	if !keep && !w.crashed() && g.e.js.Conn().IsConnected() && g.gone.Load() == nil {
 		ctx, cancel := g.e.ctx()
 		_ = g.t.streams[w.s.p].UnpinConsumer(ctx, g.e.names.consumer(g.name, w.s.p), priorityGroup)
 		w.s.mu.Lock()
@@ -299,6 +312,9 @@ func (g *group) exited(w *worker) {
 // workers exited.
 func (g *group) Leave(ctx context.Context, consumer string) error {
 	if err := g.e.refuse(fmt.Sprintf("leave group %q", g.name)); err != nil {
+		return err
+	}
+	if err := g.refuseGone(); err != nil {
 		return err
 	}
 	g.mu.Lock()
@@ -356,10 +372,14 @@ func waitAll(chs []<-chan struct{}) <-chan struct{} {
 }
 
 // Assignment returns the last assignment computed, over every live member
-// of the group in every broker (refreshed on every tick of the loop).
+// of the group in every broker (refreshed on every tick of the loop);
+// empty once the group was deleted.
 func (g *group) Assignment() map[string][]int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.gone.Load() != nil {
+		return map[string][]int{}
+	}
 	out := make(map[string][]int, len(g.assign))
 	for m, ps := range g.assign {
 		out[m] = slices.Clone(ps)
@@ -371,6 +391,7 @@ func (g *group) Assignment() map[string][]int {
 // delivery in flight. The channel closes when all have exited.
 func (g *group) shutdown() <-chan struct{} {
 	g.mu.Lock()
+	again := g.closed // Close and a deletion may both stop the group
 	g.closed = true
 	stop, loopDone := g.loopStop, g.loopDone
 	var done []<-chan struct{}
@@ -400,22 +421,27 @@ func (g *group) shutdown() <-chan struct{} {
 		g.giveBack(k.s, k.epoch, k.msg)
 	}
 	if stop != nil {
-		close(stop)
+		if !again {
+			close(stop)
+		}
 		done = append(done, loopDone)
 	}
 	return waitAll(done)
 }
 
-// leaveAll removes every local member, for Close: keys deleted, and
-// onLeave called once the member's workers have exited (at once, unless a
-// handler Close gave up on still runs).
-func (g *group) leaveAll(ctx context.Context) {
+// leaveAll removes every local member, for Close: keys deleted (within
+// r, or without waiting for the server when r may not ask: see
+// forgetMember), and onLeave called once the member's workers have exited
+// (at once, unless a handler Close gave up on still runs).
+func (g *group) leaveAll(r *reading) {
 	g.mu.Lock()
 	ms := make([]*member, 0, len(g.members))
 	done := map[*member][]<-chan struct{}{}
+	revs := map[*member]uint64{}
 	for _, m := range g.members {
 		m.left = true
 		ms = append(ms, m)
+		revs[m] = m.rev
 	}
 	for _, s := range g.slots {
 		if w := s.worker; w != nil {
@@ -425,7 +451,11 @@ func (g *group) leaveAll(ctx context.Context) {
 	clear(g.members)
 	g.mu.Unlock()
 	for _, m := range ms {
-		_ = g.e.kv.Delete(ctx, m.key)
+		if rev := revs[m]; rev != 0 && r.ask() {
+			r.got(g.e.kv.Delete(r.ctx, m.key, natsjs.LastRevision(rev)))
+		} else if rev != 0 {
+			g.forgetMember(m.key, rev)
+		}
 		if m.onLeave == nil {
 			continue
 		}
@@ -440,6 +470,25 @@ func (g *group) leaveAll(ctx context.Context) {
 			}()
 		}
 	}
+}
+
+// forgetMember deletes a member's key without waiting for the server,
+// when Close may no longer wait: a delete marker published as the KV
+// bucket's own Delete does, expecting the member's last revision so that
+// a key another broker took meanwhile stays. Lost when the connection is
+// down: the key then expires after MemberTTL.
+func (g *group) forgetMember(key string, rev uint64) {
+	if !g.e.connected() {
+		return
+	}
+	subj := "$KV." + g.e.names.bucket() + "." + key
+	if pre := apiPrefix(g.e.js); pre != natsjs.DefaultAPIPrefix {
+		subj = pre + subj
+	}
+	msg := nats.NewMsg(subj)
+	msg.Header.Set("KV-Operation", "DEL")
+	msg.Header.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	_ = g.e.js.Conn().PublishMsg(msg)
 }
 
 // closePullers ends the partitions' pull subscriptions, for Close, once

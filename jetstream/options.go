@@ -87,7 +87,9 @@ func WithPollWait(d time.Duration) Option { return optionFunc(func(c *config) { 
 
 // WithRequestTimeout bounds the server requests of the calls that take no
 // context (Stats, Lag, Committed, Assignment, DeadLetters, and the
-// engine's own housekeeping), overriding 5s.
+// engine's own housekeeping), and of those whose context has no deadline
+// (a Publish waiting out an outage, from its first failed attempt; Ping;
+// DeleteGroup and DeleteTopic), overriding 5s.
 func WithRequestTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.requestTimeout = d })
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -171,6 +172,13 @@ func (p *puller) next(abort <-chan struct{}, bound time.Duration) (record, error
 			case "423":
 				p.pin = ""
 				return nil, errPinned
+			case "503": // nobody answered: the consumer is gone, or JetStream is not ready
+				return nil, errNoConsumer
+			case "409":
+				if d := m.Header.Get("Description"); strings.EqualFold(d, "Consumer Deleted") {
+					return nil, errNoConsumer
+				}
+				return nil, fmt.Errorf("pull: %s %s", status, m.Header.Get("Description"))
 			default:
 				return nil, fmt.Errorf("pull: %s %s", status, m.Header.Get("Description"))
 			}

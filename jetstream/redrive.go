@@ -106,6 +106,9 @@ func (g *group) Redrive(ctx context.Context, match func(*engine.DeadLetter) bool
 	if err := g.e.refuse("redrive"); err != nil {
 		return 0, err
 	}
+	if err := g.refuseGone(); err != nil {
+		return 0, err
+	}
 	g.mu.Lock()
 	closed := g.closed
 	g.mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -23,7 +22,11 @@ type topic struct {
 	parts   int
 	streams []natsjs.Stream
 	counts  []partCounts
-	snap    atomic.Pointer[[]engine.PartitionStats] // Stats as Close left them
+	seen    []atomic.Pointer[streamSeen] // each partition's stream as last read from the server
+	// deleted is set once DeleteTopic deleted the topic (in this broker,
+	// or found it deleted by another): every call then fails with
+	// ErrTopicNotFound.
+	deleted atomic.Bool
 }
 
 // partCounts are what this process saw happen to a partition; the server
@@ -33,9 +36,13 @@ type partCounts struct {
 	// evicted is how many records this process has reported (EventDrop)
 	// as evicted by the server's discard-old, for sawStored.
 	evicted atomic.Int64
+	// stored is the highest sequence a publish of this process stored, so
+	// that what was last observed of the stream (topic.stream) counts it.
+	stored atomic.Uint64
 }
 
-// sawStored reports, when something observes, the records the server's
+// sawStored notes that partition p stored a record at seq, and reports,
+// when something observes, the records the server's
 // discard-old evicted from partition p to store the record at seq: on a
 // DropOldest partition bounded by count alone (no MaxAge, no MaxBytes),
 // storing seq means that the records up to seq − MaxMessages are gone,
@@ -43,6 +50,11 @@ type partCounts struct {
 // asked of the server. With MaxAge or MaxBytes the evictions cannot be
 // told from the sequence, and are not reported.
 func (t *topic) sawStored(p int, seq uint64) {
+	for c := &t.counts[p]; ; {
+		if was := c.stored.Load(); was >= seq || c.stored.CompareAndSwap(was, seq) {
+			break
+		}
+	}
 	r := t.spec.Retention
 	if t.e.obs == nil || r.OnFull != engine.DropOldest || r.MaxMessages <= 0 || r.MaxAge != 0 || r.MaxBytes > 0 {
 		return
@@ -83,7 +95,8 @@ func (e *eng) CreateTopic(ctx context.Context, name string, spec engine.TopicSpe
 		return nil, fmt.Errorf("topic %q: %w", name, engine.ErrTopicExists)
 	}
 	t := &topic{e: e, name: name, spec: spec, parts: spec.Partitions,
-		streams: make([]natsjs.Stream, spec.Partitions), counts: make([]partCounts, spec.Partitions)}
+		streams: make([]natsjs.Stream, spec.Partitions), counts: make([]partCounts, spec.Partitions),
+		seen: make([]atomic.Pointer[streamSeen], spec.Partitions)}
 	for p := range spec.Partitions {
 		s, err := e.js.CreateStream(ctx, t.streamConfig(p))
 		if err != nil {
@@ -93,6 +106,7 @@ func (e *eng) CreateTopic(ctx context.Context, name string, spec engine.TopicSpe
 			return nil, e.ctxErr(ctx, fmt.Errorf("create topic %q partition %d: %w", name, p, err))
 		}
 		t.streams[p] = s
+		t.observeStream(p, s.CachedInfo())
 		// Evictions before this broker attached are not its to report.
 		if last, n := s.CachedInfo().State.LastSeq, spec.Retention.MaxMessages; n > 0 && last > uint64(n) {
 			t.counts[p].evicted.Store(int64(last) - int64(n))
@@ -148,11 +162,20 @@ func (t *topic) NewRecords(recs []*engine.Record) {
 }
 
 // message is rec as a NATS message on partition p's subject (meta.go
-// says how it carries the key and headers). A record the server would
-// refuse for its size is refused here, with ErrInvalid.
+// says how it carries the key and headers), under a message ID of its own
+// (Nats-Msg-Id: see ErrOutcomeUnknown). The ID is the broker's random
+// instance and a count of its publishes: the engine's attempts of one
+// publish share it, so the server stores it once, while two publishes of
+// equal records are two records. The server keeps each ID for the
+// stream's duplicate window (its default, two minutes: a stream made with
+// another window would not match one an older broker made): about 100
+// bytes of server memory per record published in that time, measured on
+// nats-server 2.15. A record the server would refuse for its size is
+// refused here, with ErrInvalid.
 func (t *topic) message(p int, rec *engine.Record) (*nats.Msg, error) {
 	m := nats.NewMsg(t.e.names.subject(t.name, p))
 	m.Data = rec.Value
+	m.Header.Set(natsjs.MsgIDHeader, t.e.nextMsgID())
 	if err := setMeta(m.Header, rec); err != nil {
 		return nil, err
 	}
@@ -185,18 +208,26 @@ func (t *topic) AppendOne(ctx context.Context, p int, rec *engine.Record) (int64
 func (t *topic) publish(ctx context.Context, p int, m *nats.Msg) (int64, error) {
 	var deadline time.Time
 	wait := time.Millisecond
+	var try tries
 	for {
-		ack, err := t.e.js.PublishMsg(ctx, m)
+		ack, err := t.send(ctx, p, m, &try)
 		if err == nil {
 			t.sawStored(p, ack.Sequence)
 			return int64(ack.Sequence) - 1, nil
 		}
 		if !isFull(err) {
-			return 0, t.publishErr(ctx, p, err)
+			return 0, err
+		}
+		if err := t.refuseDeleted(); err != nil { // DeleteTopic fails a publisher waiting for room
+			return 0, err
 		}
 		freed, slowest, rerr := t.reclaim(ctx, p)
+		if errors.Is(rerr, natsjs.ErrStreamNotFound) {
+			t.markDeleted() // by another broker
+			return 0, t.refuseDeleted()
+		}
 		if rerr != nil {
-			return 0, t.publishErr(ctx, p, rerr)
+			return 0, try.failed(t, ctx, p, rerr)
 		}
 		if freed > 0 {
 			continue
@@ -225,25 +256,150 @@ func (t *topic) publish(ctx context.Context, p int, m *nats.Msg) (int64, error) 
 			}
 			return 0, err
 		}
-		timer := time.NewTimer(min(wait, left))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return 0, fmt.Errorf("publish to topic %q partition %d: %w", t.name, p, ctx.Err())
-		case <-t.e.closing:
-			timer.Stop()
-			return 0, fmt.Errorf("publish to topic %q partition %d: %w", t.name, p, engine.ErrClosed)
-		case <-timer.C:
+		if !sleepCtx(ctx, t.e.closing, min(wait, left)) {
+			return 0, try.failed(t, ctx, p, cmpErr(ctx.Err(), engine.ErrClosed))
 		}
 		wait = min(2*wait, 20*time.Millisecond)
 	}
 }
 
-func (t *topic) publishErr(ctx context.Context, p int, err error) error {
-	if errors.Is(err, nats.ErrConnectionClosed) {
-		err = fmt.Errorf("%w (%v)", engine.ErrClosed, err)
+// tries is what the attempts of one publish have done so far.
+type tries struct {
+	// sent is set once an attempt went to the server and its answer
+	// never came: from then on a failure leaves the outcome unknown.
+	sent bool
+	// until bounds the attempts through an outage when ctx has no
+	// deadline: the request timeout from the first failed attempt.
+	until time.Time
+}
+
+// noRetry stops nats.go from retrying a publish that found no responders:
+// send retries, and must know what each attempt did.
+var noRetry = natsjs.WithRetryAttempts(0)
+
+// send stores m, a record of partition p, trying again through an outage.
+// While the connection is down it waits for it, rather than hand m to the
+// client's reconnect buffer, which would flush it after the reconnect
+// whatever became of the call. After an attempt that found no stream to
+// answer (a server restarting, a stream without a leader), or got no
+// answer in time, it sends m again under the same message ID, so that a
+// record the server stored already is not stored twice: the answer is then
+// the stored copy's sequence. It gives up when ctx ends (or, when ctx has
+// no deadline, the request timeout after the first failure) and then says
+// whether m may have been stored (ErrOutcomeUnknown). The server's
+// refusal of a full partition (isFull) is returned as it is, for the
+// caller to make room.
+func (t *topic) send(ctx context.Context, p int, m *nats.Msg, try *tries) (*natsjs.PubAck, error) {
+	pause := 5 * time.Millisecond
+	for {
+		if err := t.refuseDeleted(); err != nil {
+			return nil, err
+		}
+		if err := t.e.awaitConnection(ctx, try); err != nil {
+			return nil, try.failed(t, ctx, p, err)
+		}
+		actx, cancel := t.e.attempt(ctx)
+		ack, err := t.e.js.PublishMsg(actx, m, noRetry)
+		cancel()
+		switch {
+		case err == nil, isFull(err):
+			return ack, err
+		case errors.Is(err, nats.ErrNoResponders), errors.Is(err, natsjs.ErrNoStreamResponse):
+			// Nobody took it: not stored by this attempt. A stream that
+			// is gone was deleted (DeleteTopic, maybe by another broker).
+			if gone := t.checkDeleted(ctx, p); gone != nil {
+				return nil, gone
+			}
+		case errors.Is(err, nats.ErrReconnectBufExceeded):
+			// Refused by the client: not sent.
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.Is(err, nats.ErrTimeout),
+			errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrDisconnected):
+			try.sent = true // sent, or in the client's buffer: it may yet be stored
+		default: // the server answered: not stored
+			return nil, try.failed(t, ctx, p, err)
+		}
+		if !try.more(ctx, t.e) {
+			return nil, try.failed(t, ctx, p, err)
+		}
+		if !sleepCtx(ctx, t.e.closing, pause) {
+			return nil, try.failed(t, ctx, p, cmpErr(ctx.Err(), engine.ErrClosed))
+		}
+		pause = min(2*pause, 250*time.Millisecond)
 	}
-	return t.e.ctxErr(ctx, fmt.Errorf("publish to topic %q partition %d: %w", t.name, p, err))
+}
+
+// more reports whether a publish may try again after a failed attempt:
+// while ctx lasts, and when ctx has no deadline, for the request timeout
+// from the first failure.
+func (try *tries) more(ctx context.Context, e *eng) bool {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx.Err() == nil
+	}
+	if try.until.IsZero() {
+		try.until = time.Now().Add(e.cfg.requestTimeout)
+	}
+	return time.Now().Before(try.until)
+}
+
+// failed is the error of a publish that gave up because of cause: it wraps
+// ErrOutcomeUnknown when an attempt may have been stored and says "not
+// stored" otherwise; it wraps ErrClosed once Close began, and
+// ErrUnavailable as ctxErr classifies cause.
+func (try *tries) failed(t *topic, ctx context.Context, p int, cause error) error {
+	if errors.Is(cause, engine.ErrTopicNotFound) {
+		return cause
+	}
+	if t.e.refuse("") != nil && !errors.Is(cause, engine.ErrClosed) {
+		cause = fmt.Errorf("%w (%w)", engine.ErrClosed, cause)
+	}
+	if try.sent {
+		return t.e.ctxErr(ctx, fmt.Errorf("partition %d: %w: %w", p, ErrOutcomeUnknown, cause))
+	}
+	return t.e.ctxErr(ctx, fmt.Errorf("partition %d: not stored: %w", p, cause))
+}
+
+// awaitConnection returns nil once the connection is up, or the error that
+// ended the wait: ctx's, ErrClosed when Close begins, the connection
+// closed for good, or, when ctx has no deadline, the bound of try.
+func (e *eng) awaitConnection(ctx context.Context, try *tries) error {
+	for pause := time.Millisecond; ; pause = min(2*pause, 20*time.Millisecond) {
+		switch e.js.Conn().Status() {
+		case nats.CONNECTED:
+			return nil
+		case nats.CLOSED:
+			return nats.ErrConnectionClosed
+		}
+		if !try.more(ctx, e) {
+			return nats.ErrDisconnected
+		}
+		if !sleepCtx(ctx, e.closing, pause) {
+			return cmpErr(ctx.Err(), engine.ErrClosed)
+		}
+	}
+}
+
+// sleepCtx waits d: false when ctx ended or stop closed first.
+func sleepCtx(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-stop:
+		return false
+	}
+}
+
+// cmpErr returns the first of errs that is not nil.
+func cmpErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // isFull reports the server's refusal of a record by a full discard-new
@@ -313,13 +469,20 @@ func (t *topic) reclaim(ctx context.Context, p int) (int64, string, error) {
 
 // AppendBatch publishes each run of records in order: the first as
 // AppendOne does (waiting for room under Block), the rest asynchronously,
-// each expecting the stream's last sequence to be its predecessor's. So a
-// run that succeeds is stored contiguously, and one the server refuses in
-// part (a full Block partition, a record of another publisher in
-// between) stores a prefix and nothing after it; the rest then goes one
-// record at a time, as AppendOne.
+// each expecting the stream's last message to be its predecessor (by
+// message ID). So a run that succeeds is stored contiguously, and one the
+// server refuses in part (a full Block partition, a record of another
+// publisher in between) stores a prefix and nothing after it; the rest
+// then goes one record at a time, as AppendOne, under the same message
+// IDs, so that a record whose answer was lost is not stored twice. When
+// ctx ends while records of a run wait for their answers, the error wraps
+// ErrOutcomeUnknown: the first record not counted may have been stored,
+// and so may the ones after it.
 func (t *topic) AppendBatch(ctx context.Context, partitions []int, recs []*engine.Record, offsets []int64) (int, error) {
 	if err := t.e.refuse("publish"); err != nil {
+		return 0, err
+	}
+	if err := t.refuseDeleted(); err != nil {
 		return 0, err
 	}
 	for start, end := range engine.Runs(partitions) {
@@ -340,44 +503,62 @@ func (t *topic) AppendBatch(ctx context.Context, partitions []int, recs []*engin
 			return start, err
 		}
 		offsets[start] = off
-		first := uint64(off) + 1 // the run's first sequence
 		futs := make([]natsjs.PubAckFuture, len(msgs))
 		sent := 1
-		for i := 1; i < len(msgs); i++ {
-			f, err := t.e.js.PublishMsgAsync(msgs[i], natsjs.WithExpectLastSequence(first+uint64(i)-1))
+		for i := 1; i < len(msgs) && t.e.connected(); i++ {
+			f, err := t.e.js.PublishMsgAsync(msgs[i], natsjs.WithExpectLastMsgID(msgs[i-1].Header.Get(natsjs.MsgIDHeader)))
 			if err != nil {
 				break
 			}
 			futs[i] = f
 			sent++
 		}
-		// A stored record proves every one before it stored, at the
-		// sequences the chain expected.
+		// A stored record proves every one before it stored, just before
+		// it: each expected its predecessor to be the stream's last.
+		// Answers that do not come within ctx (or the request timeout,
+		// when ctx has no deadline), or before the connection is lost, are
+		// not waited for: the records from the first unanswered one go
+		// again one at a time, under their message IDs, so a stored one is
+		// found stored.
+		lost := t.e.lost()
+		var timeout <-chan time.Time
+		if _, ok := ctx.Deadline(); !ok && sent > 1 {
+			tm := time.NewTimer(t.e.cfg.requestTimeout)
+			defer tm.Stop()
+			timeout = tm.C
+		}
 		stored := 1
 		var firstErr error
+	wait:
 		for i := 1; i < sent; i++ {
 			select {
-			case <-futs[i].Ok():
+			case ack := <-futs[i].Ok():
 				stored = i + 1
+				offsets[start+i] = int64(ack.Sequence) - 1
 			case err := <-futs[i].Err():
 				if firstErr == nil {
 					firstErr = err
 				}
 			case <-ctx.Done():
-				return start + stored, fmt.Errorf("publish to topic %q partition %d: %w", t.name, p, ctx.Err())
+				try := tries{sent: true}
+				return start + stored, try.failed(t, ctx, p, ctx.Err())
+			case <-lost:
+				break wait
+			case <-timeout:
+				break wait
 			}
 		}
-		for i := 1; i < stored; i++ {
-			offsets[start+i] = int64(first+uint64(i)) - 1
-		}
 		if stored > 1 {
-			t.sawStored(p, first+uint64(stored)-1)
+			t.sawStored(p, uint64(offsets[start+stored-1])+1)
 		}
-		if firstErr != nil && stored < sent && !isFull(firstErr) && !isWrongSequence(firstErr) {
-			return start + stored, t.publishErr(ctx, p, firstErr)
+		if firstErr != nil && stored < sent && !isFull(firstErr) && !isWrongSequence(firstErr) && !unreachable(firstErr) {
+			try := tries{}
+			return start + stored, try.failed(t, ctx, p, firstErr)
 		}
 		for i := start + stored; i < end; i++ {
-			off, err := t.publish(ctx, p, msgs[i-start])
+			m := msgs[i-start]
+			m.Header.Del(natsjs.ExpectedLastMsgIDHeader) // alone now: whatever is last
+			off, err := t.publish(ctx, p, m)
 			if err != nil {
 				return i, err
 			}
@@ -388,47 +569,53 @@ func (t *topic) AppendBatch(ctx context.Context, partitions []int, recs []*engin
 }
 
 // isWrongSequence reports a publish refused because the stream's last
-// sequence was not the one it expected.
+// message was not the one it expected.
 func isWrongSequence(err error) bool {
 	var apiErr *natsjs.APIError
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequenceConstant)
+		apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequenceConstant || apiErr.ErrorCode == 10070)
 }
 
 // Stats reads every partition's state from the server, bounded by the
-// request timeout; a partition it cannot read reports only this process's
-// counters. Earliest, End, Retained and RetainedBytes are the server's
-// (RetainedBytes counts what the server stores: headers and subject
-// too); Reclaimed, Dropped, Blocked and TimedOut count what this process
-// did; Expired is not counted.
+// request timeout; what it cannot read (the server unreachable, or after
+// Close) is the last it observed, never made up. Earliest, End, Retained
+// and RetainedBytes are the server's (RetainedBytes counts what the server
+// stores: headers and subject too); Reclaimed, Dropped, Blocked and
+// TimedOut count what this process did; Expired is not counted.
 func (t *topic) Stats() []engine.PartitionStats {
-	if snap := t.snap.Load(); snap != nil {
-		return slices.Clone(*snap)
-	}
-	ctx, cancel := t.e.ctx()
+	r, cancel := t.e.read()
 	defer cancel()
+	out, _ := t.stats(r)
+	return out
+}
+
+// stats is Stats within the read r; it also returns when the oldest of
+// the values it serves was read from the server.
+func (t *topic) stats(r *reading) ([]engine.PartitionStats, time.Time) {
 	out := make([]engine.PartitionStats, t.parts)
-	for p, s := range t.streams {
+	var observed time.Time
+	for p := range t.parts {
+		if r.ask() && !t.isDeleted() {
+			_, err := t.streamInfo(r.ctx, p)
+			r.got(err)
+		}
 		c := &t.counts[p]
 		out[p] = engine.PartitionStats{Reclaimed: c.reclaimed.Load(), Dropped: c.dropped.Load(),
 			Blocked: c.blocked.Load(), TimedOut: c.timedOut.Load()}
-		info, err := s.Info(ctx)
-		if err != nil {
-			continue
-		}
-		st := info.State
-		out[p].End = int64(st.LastSeq)
-		out[p].Earliest = int64(st.FirstSeq) - 1
-		if st.Msgs == 0 {
+		st := t.stream(p)
+		observed = observedAt(observed, st.at)
+		out[p].End = int64(st.last)
+		out[p].Earliest = int64(st.first) - 1
+		if st.msgs == 0 {
 			out[p].Earliest = out[p].End
 		}
-		out[p].Retained = int(st.Msgs)
-		out[p].RetainedBytes = int64(st.Bytes)
+		out[p].Retained = int(st.msgs)
+		out[p].RetainedBytes = int64(st.bytes)
 		if t.spec.Retention.OnFull == engine.DropOldest && t.spec.Retention.MaxAge == 0 {
 			// Every record gone from the front was dropped (by the
 			// server's discard-old or by a purge).
 			out[p].Dropped = out[p].Earliest - c.reclaimed.Load()
 		}
 	}
-	return out
+	return out, observed
 }

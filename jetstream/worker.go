@@ -279,6 +279,7 @@ func (w *worker) run() {
 		}
 		if msg == nil {
 			s.setPhase(parked)
+			w.g.pullFailed(err)
 			if err != nil && !w.pause(w.g.e.cfg.pollWait) {
 				return
 			}
@@ -645,6 +646,9 @@ const (
 func (g *group) nextOwner(w *worker) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.gone.Load() != nil { // deleted: nothing more is delivered
+		return ownerNone
+	}
 	if g.closed {
 		// Close drained what it could and is stopping the workers: a
 		// record that reached this one meanwhile is finished here, as a

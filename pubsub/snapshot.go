@@ -27,7 +27,12 @@ type Snapshot struct {
 	// RunningFor, Stuck, Redriving) are zero. The in-memory engine fills
 	// everything.
 	Partial bool
-	Topics  []TopicSnapshot // by name
+	// Unavailable is set when a remote engine could not reach its server
+	// while taking the snapshot (see ErrUnavailable): the values it could
+	// not read are the last it observed, and each topic's and group's
+	// Observed says when that was. The in-memory engine never sets it.
+	Unavailable bool
+	Topics      []TopicSnapshot // by name
 }
 
 // TopicSnapshot is one topic in a Snapshot.
@@ -36,6 +41,10 @@ type TopicSnapshot struct {
 	Stats      TopicStats          // the sum of the partitions' counters
 	Partitions []PartitionSnapshot // by partition
 	Groups     []GroupSnapshot     // by name
+	// Observed is when the partitions' bounds and counts were read: Taken,
+	// unless a remote engine could not reach its server and serves the
+	// last it observed (then Taken − Observed is how old they are).
+	Observed time.Time
 }
 
 // PartitionSnapshot is one partition of a topic: its bounds and counters
@@ -71,6 +80,10 @@ type GroupSnapshot struct {
 	// record the group has not committed has waited.
 	LagAge     time.Duration
 	Partitions []GroupPartitionSnapshot // by partition
+	// Observed is when the oldest of the group's committed offsets (and
+	// so its lag) and dead-letter counts was read: Taken, unless a remote
+	// engine could not reach its server and serves the last it observed.
+	Observed time.Time
 }
 
 // GroupPartitionSnapshot is a group's state on one partition.
@@ -124,7 +137,7 @@ func (b *Broker) Snapshot() Snapshot {
 		return b.partialSnapshot(state)
 	}
 	es := s.Snapshot()
-	out := Snapshot{Taken: es.Taken, State: state, Topics: make([]TopicSnapshot, len(es.Topics))}
+	out := Snapshot{Taken: es.Taken, State: state, Unavailable: es.Unavailable, Topics: make([]TopicSnapshot, len(es.Topics))}
 	for i, et := range es.Topics {
 		out.Topics[i] = b.topicSnapshot(es.Taken, et)
 	}
@@ -133,7 +146,8 @@ func (b *Broker) Snapshot() Snapshot {
 
 // topicSnapshot turns an engine's description of a topic into pubsub's.
 func (b *Broker) topicSnapshot(taken time.Time, et engine.TopicSnapshot) TopicSnapshot {
-	ts := TopicSnapshot{Name: et.Name, Stats: topicStats(et.Partitions), Partitions: make([]PartitionSnapshot, len(et.Partitions))}
+	ts := TopicSnapshot{Name: et.Name, Stats: topicStats(et.Partitions), Partitions: make([]PartitionSnapshot, len(et.Partitions)),
+		Observed: observedOr(et.Observed, taken)}
 	for i, p := range et.Partitions {
 		ts.Partitions[i] = PartitionSnapshot{Partition: i, Earliest: p.Earliest, End: p.End, Retained: p.Retained,
 			RetainedBytes: p.RetainedBytes, Reclaimed: p.Reclaimed, Dropped: p.Dropped, Expired: p.Expired,
@@ -143,7 +157,7 @@ func (b *Broker) topicSnapshot(taken time.Time, et engine.TopicSnapshot) TopicSn
 	for _, eg := range et.Groups {
 		gs := GroupSnapshot{Name: eg.Name, Paused: eg.Paused, Consumers: eg.Consumers, Stats: GroupStats(eg.Stats),
 			DeadLetters: eg.DeadLetters, Assignment: make(map[string][]int, len(eg.Consumers)),
-			Partitions: make([]GroupPartitionSnapshot, len(eg.Partitions))}
+			Partitions: make([]GroupPartitionSnapshot, len(eg.Partitions)), Observed: observedOr(eg.Observed, taken)}
 		for _, c := range eg.Consumers {
 			gs.Assignment[c] = []int{}
 		}
@@ -165,6 +179,15 @@ func (b *Broker) topicSnapshot(taken time.Time, et engine.TopicSnapshot) TopicSn
 		ts.Groups = append(ts.Groups, gs)
 	}
 	return ts
+}
+
+// observedOr is when an engine read a value: observed, or taken for an
+// engine that holds its values itself (it leaves Observed zero).
+func observedOr(observed, taken time.Time) time.Time {
+	if observed.IsZero() {
+		return taken
+	}
+	return observed
 }
 
 // topicStats sums a topic's partition counters.

@@ -19,8 +19,14 @@ type Snapshotter interface {
 type Snapshot struct {
 	// Taken is when the snapshot was read, by the engine's clock (the one
 	// that measures records' ages); lag in time is measured against it.
-	Taken  time.Time
-	Topics []TopicSnapshot // by name
+	Taken time.Time
+	// Unavailable is set when the engine could not reach what it depends
+	// on (its server) while taking the snapshot: the values it could not
+	// read are the last it observed, and each topic's and group's
+	// Observed says when that was. An engine that depends on nothing never
+	// sets it.
+	Unavailable bool
+	Topics      []TopicSnapshot // by name
 }
 
 // TopicSnapshot is one topic and the groups that read it.
@@ -28,6 +34,10 @@ type TopicSnapshot struct {
 	Name       string
 	Partitions []PartitionStats // by partition
 	Groups     []GroupSnapshot  // by name
+	// Observed is when the oldest of the partitions' values was read
+	// from the engine's server; zero for an engine that holds them
+	// itself (they are current).
+	Observed time.Time
 }
 
 // GroupSnapshot is one consumer group of a topic.
@@ -40,6 +50,11 @@ type GroupSnapshot struct {
 	// its limit; Stats counts the evicted ones).
 	DeadLetters int
 	Partitions  []GroupPartitionSnapshot // by partition
+	// Observed is when the oldest of the group's values from the server
+	// (Committed and Lag of each partition, DeadLetters,
+	// Stats.DeadLettersEvicted) was read; zero for an engine that holds
+	// them itself (they are current).
+	Observed time.Time
 }
 
 // GroupPartitionSnapshot is a group's state on one partition.
