@@ -8,7 +8,7 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // A group's assignment lives on the server, in a KV bucket without TTL

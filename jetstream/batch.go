@@ -31,7 +31,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // Pause pauses the group's consumers on the server (its redrive consumers

@@ -16,8 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/logbus/logbus/internal/engine"
-	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/engine"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -55,7 +54,7 @@ const (
 
 func errorKind(err error) string {
 	var pe *engine.PanicError
-	var de *pubsub.DecodeError
+	var de *engine.DecodeError
 	switch {
 	case errors.As(err, &de):
 		return kindDecode
@@ -415,7 +414,7 @@ func (g *group) letter(m *natsjs.RawStreamMsg) engine.DeadLetter {
 		text := h.Get(hdrError)
 		switch h.Get(hdrErrorKind) {
 		case kindDecode:
-			dl.Err = &pubsub.DecodeError{Topic: g.t.name, Partition: partition, Offset: offset, Err: errors.New(text)}
+			dl.Err = &engine.DecodeError{Topic: g.t.name, Partition: partition, Offset: offset, Err: errors.New(text)}
 		case kindPanic:
 			dl.Err = &engine.PanicError{Value: strings.TrimPrefix(text, "handler panicked: ")}
 		default:
@@ -587,7 +586,7 @@ func (g *group) latest(ctx context.Context, n int) ([]engine.DeadLetter, error) 
 // the newest letters it read: fewer than GroupSnapshot.DeadLetters, the
 // server's count, and LatestDeadLetters says why. Letters this process
 // made carry their original error; others an error with the same text
-// that matches the same sentinels: a *pubsub.DecodeError, an
+// that matches the same sentinels: a *engine.DecodeError, an
 // *engine.PanicError (its Value the panic's text, no stack) or an error
 // wrapping ErrPermanent. After Close it answers from what Close read;
 // none once the group was deleted.

@@ -13,8 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
-	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/engine"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -23,13 +22,13 @@ import (
 // context. Every broker opened with it shares js's connection, which it
 // never closes: the caller owns the connection and closes it after the
 // brokers.
-func New(js natsjs.JetStream, opts ...Option) pubsub.Engine {
+func New(js natsjs.JetStream, opts ...Option) engine.Driver {
 	return &opener{cfg: opts, js: js}
 }
 
 // Connect returns an engine for pubsub.WithEngine on an existing
 // connection, as New does with jetstream.New(nc).
-func Connect(nc *nats.Conn, opts ...Option) (pubsub.Engine, error) {
+func Connect(nc *nats.Conn, opts ...Option) (engine.Driver, error) {
 	js, err := natsjs.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)

@@ -29,7 +29,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 	"github.com/nats-io/nats.go"
 )
 

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // Names on the server. A topic or group name may be any non-empty string;

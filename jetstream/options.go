@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // Option configures an engine. Options only record; New, Connect and

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/codec"
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 	"github.com/logbus/logbus/pubsub"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 

@@ -26,7 +26,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )

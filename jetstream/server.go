@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/engine"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
@@ -24,7 +24,7 @@ type Server struct {
 // and dead letter that was there. The caller must call Shutdown.
 func StartServer(dir string) (*Server, error) {
 	if dir == "" {
-		return nil, fmt.Errorf("%w: jetstream: StartServer needs a directory", pubsub.ErrInvalid)
+		return nil, fmt.Errorf("%w: jetstream: StartServer needs a directory", engine.ErrInvalid)
 	}
 	srv, err := server.NewServer(&server.Options{
 		Host:      "127.0.0.1",
@@ -60,7 +60,7 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 // Engine returns an engine on this server for pubsub.WithEngine. Every
 // broker opened with it gets a connection of its own, which the broker's
 // Close closes: two brokers on one Server behave as two processes would.
-func (s *Server) Engine(opts ...Option) pubsub.Engine {
+func (s *Server) Engine(opts ...Option) engine.Driver {
 	return &opener{cfg: opts, dial: func() (*nats.Conn, error) { return s.Connect(nats.Name("logbus")) }}
 }
 

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 var _ engine.Snapshotter = (*eng)(nil)

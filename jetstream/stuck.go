@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // watchdog finds this broker's deliveries that run longer than

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // phase is what a partition's worker is doing.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/codec"
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // Broker owns topics, consumer groups and the goroutines that deliver to

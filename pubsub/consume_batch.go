@@ -7,7 +7,7 @@ import (
 	"maps"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // BatchHandler processes the messages of one consumer in batches: each
@@ -160,7 +160,7 @@ func (t *Topic[K, V]) handOverBatch(ctx context.Context, handle func(context.Con
 	for i, rec := range b.Records {
 		v, err := t.values.Decode(rec.Value)
 		if err != nil {
-			bad = &DecodeError{Topic: b.Topic, Partition: b.Partition, Offset: rec.Offset, Err: err}
+			bad = &engine.DecodeError{Topic: b.Topic, Partition: b.Partition, Offset: rec.Offset, Err: err}
 			break
 		}
 		msgs = append(msgs, Message[V]{

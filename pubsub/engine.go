@@ -4,18 +4,15 @@ import (
 	"fmt"
 
 	"github.com/logbus/logbus/internal/core"
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // An Engine stores a Broker's topics and delivers their records: the typed
 // API (codecs, routing, Message, Stream) is the same over every engine. The
-// in-memory log is the default (InMemory); other engines live in modules of
-// their own. Its method is for NewBroker, not for users.
-type Engine interface {
-	// Open starts the engine with the broker's configuration (its clock,
-	// its IDs, its retry policy). NewBroker calls it once.
-	Open(cfg engine.Config) (engine.Engine, error)
-}
+// in-memory log is the default ([InMemory]); the JetStream engine lives in
+// a module of its own. It is [engine.Driver], the boundary an engine
+// author implements; its method is for [NewBroker], not for users.
+type Engine = engine.Driver
 
 // WithEngine sets the engine, overriding InMemory. An option the engine
 // cannot honour (WithClock or WithIDs on an engine that keeps its own

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // The sentinel errors. Every error a pubsub call returns wraps one of them

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/codec"
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // Handler processes the messages of one consumer. Returning nil acks the
@@ -222,7 +222,7 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 		h = func(ctx context.Context, d *engine.Delivery) error {
 			v, err := t.values.Decode(d.Record.Value)
 			if err != nil {
-				return &DecodeError{Topic: d.Topic, Partition: d.Partition, Offset: d.Record.Offset, Err: err}
+				return &engine.DecodeError{Topic: d.Topic, Partition: d.Partition, Offset: d.Record.Offset, Err: err}
 			}
 			if deliver != nil {
 				return handOver(ctx, func(ctx context.Context, m Message[V]) error { return deliver(ctx, m, d.Revoked) },

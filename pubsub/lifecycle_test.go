@@ -12,7 +12,7 @@ import (
 	"testing/synctest"
 
 	"github.com/logbus/logbus/codec"
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 	"github.com/logbus/logbus/pubsub"
 	"github.com/logbus/logbus/pubsub/pubsubtest"
 )

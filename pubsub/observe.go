@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // observer is what watches a broker: its hooks, sorted by kind once when
@@ -276,7 +276,7 @@ func (o *observer) wrapDelivery(group, consumer string, next engine.Handler) eng
 // outcomeOf is the Outcome of an attempt that ended with err, and the error
 // the hooks see.
 func outcomeOf(err error) (Outcome, error) {
-	switch _, undecodable := errors.AsType[*DecodeError](err); {
+	switch _, undecodable := errors.AsType[*engine.DecodeError](err); {
 	case err == nil:
 		return OutcomeAcked, nil
 	case errors.Is(err, engine.ErrAbandoned):
@@ -387,8 +387,11 @@ func callBatchRecovering(ctx context.Context, b *engine.Batch, next engine.Batch
 
 // publicErr turns the engine's error types into pubsub's.
 func publicErr(err error) error {
-	if pe, ok := err.(*engine.PanicError); ok {
-		return &PanicError{Value: pe.Value, Stack: pe.Stack}
+	switch e := err.(type) {
+	case *engine.PanicError:
+		return &PanicError{Value: e.Value, Stack: e.Stack}
+	case *engine.DecodeError:
+		return &DecodeError{Topic: e.Topic, Partition: e.Partition, Offset: e.Offset, Err: e.Err}
 	}
 	return err
 }
@@ -546,6 +549,9 @@ func errAttr(err error) slog.Attr {
 
 // deadLetterKind says why a record was dead-lettered, for the log.
 func deadLetterKind(err error) string {
+	if _, ok := errors.AsType[*engine.DecodeError](err); ok {
+		return "decode"
+	}
 	if _, ok := errors.AsType[*DecodeError](err); ok {
 		return "decode"
 	}

@@ -17,7 +17,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 type (
@@ -251,7 +251,7 @@ func mustObserver(t *testing.T, hooks ...Hook) *observer {
 // pubsub maps it, rather than being dropped in silence.
 func TestEveryEngineEventIsRaisedAndLogged(t *testing.T) {
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, filepath.Join("..", "internal", "engine", "observe.go"), nil, parser.SkipObjectResolution)
+	f, err := parser.ParseFile(fset, filepath.Join("..", "engine", "observe.go"), nil, parser.SkipObjectResolution)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,6 +283,6 @@ func TestEveryEngineEventIsRaisedAndLogged(t *testing.T) {
 		}
 	}
 	if len(kinds) < 10 {
-		t.Errorf("found %d event kinds in internal/engine/observe.go (%v); want them all", len(kinds), kinds)
+		t.Errorf("found %d event kinds in engine/observe.go (%v); want them all", len(kinds), kinds)
 	}
 }

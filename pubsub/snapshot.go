@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // Snapshot is a broker's state at one moment: its topics, their partitions,

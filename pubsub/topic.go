@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/codec"
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // Topic is a named log of records with keys of type K and values of type V,

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // Append stores recs at the end of the log, in order, and wakes the readers

@@ -11,7 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // outcomeOf reads a batch handler's error: how many records from the

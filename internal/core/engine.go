@@ -3,7 +3,7 @@ package core
 import (
 	"context"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // NewEngine returns the in-memory engine: a Broker behind the boundary's

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // This file is the lifecycle of groups and topics beyond Subscribe and

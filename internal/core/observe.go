@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // The events of engine.Observer, raised where they happen and always after

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 	"math"
 	"strings"
 	"sync"

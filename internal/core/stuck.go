@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // watchdog finds deliveries that run longer than a threshold, without

@@ -7,7 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/logbus/logbus/internal/engine"
+	"github.com/logbus/logbus/engine"
 )
 
 // With StuckAfter 2s the watchdog samples every second. A handler that

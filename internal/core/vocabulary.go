@@ -1,6 +1,6 @@
 package core
 
-import "github.com/logbus/logbus/internal/engine"
+import "github.com/logbus/logbus/engine"
 
 // The in-memory engine speaks the boundary's vocabulary: the records,
 // configurations, counters and errors it takes and returns are the

@@ -51,6 +51,27 @@ var ErrAbandoned = errors.New("delivery abandoned")
 // counted, so the next delivery carries the same attempt number.
 var ErrNotDelivered = fmt.Errorf("%w before it reached the consumer", ErrAbandoned)
 
+// DecodeError is the error of a record whose value the typed layer could
+// not decode: its handler returns it without calling the user's code. It
+// wraps ErrPermanent, so an engine dead-letters the record at once (it
+// would fail the same way again) and keeps the error as the letter's; an
+// engine that stores letters outside the process rebuilds it when it
+// reads them back, with Err carrying the codec error's text. The typed
+// layer shows it to users as its own DecodeError.
+type DecodeError struct {
+	Topic     string
+	Partition int
+	Offset    int64
+	Err       error // the codec's error
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("decode topic %q partition %d offset %d: %v", e.Topic, e.Partition, e.Offset, e.Err)
+}
+
+// Unwrap returns the codec's error and ErrPermanent.
+func (e *DecodeError) Unwrap() []error { return []error{e.Err, ErrPermanent} }
+
 // PanicError is what a handler's panic becomes: the worker recovers it, keeps
 // running, and counts the delivery as a failed attempt.
 type PanicError struct {

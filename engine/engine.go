@@ -1,28 +1,49 @@
-// Package engine is the boundary between logbus's typed API (package pubsub)
-// and the engines that store and deliver records: the in-memory log
-// (internal/core) and any other, such as a distributed one in a module of
-// its own. Everything that crosses it is here: the interfaces an engine
-// implements, and the plain data that passes through them (records,
-// configurations, counters, dead letters, errors).
+// Package engine is the boundary between logbus's typed API (package
+// pubsub) and the engines that store and deliver records, on the model of
+// database/sql/driver: users never import it; an engine author implements
+// it, and users pass the engine's [Driver] to pubsub.WithEngine. The
+// in-memory log (the default) and the JetStream engine (a module of its
+// own) are built on it, and an engine outside this repository can be too:
+// its tests run the conformance suite of
+// github.com/logbus/logbus/pubsub/pubsubtest/conformance against it.
 //
-// The typed layer above owns everything that is the same for every engine:
+// Everything that crosses the boundary is here: the interfaces an engine
+// implements, and the plain data that passes through them (records,
+// configurations, counters, dead letters, events, errors).
+//
+// # Who does what
+//
+// The typed layer owns everything that is the same for every engine:
 // codecs, routing a key to a partition (so a key lands on the same
 // partition whatever the engine), splitting a batch into runs per
-// partition, and turning records into typed messages. An engine owns the
-// log: offsets, retention, groups, delivery, retries, dead letters.
+// partition ([Runs]), and turning records into typed messages. An engine
+// owns the log: offsets, retention, groups, delivery, retries, dead
+// letters, and keeps the promises the pubsub package documents.
 //
 // Calls that may block or cross a network take a context and return an
 // error. Reads of counters and positions (Stats, Lag, Committed,
 // Assignment, DeadLetters) are snapshots an engine may serve from what it
 // last observed, and say so in its documentation.
 //
+// # Optional abilities
+//
 // Some abilities are optional, asked for with a type assertion, so an
 // engine without them still compiles and the typed layer says what it
-// does instead: an Engine may describe itself at once (Snapshotter), a
-// Topic may tell a stored record's ID (RecordIDer), a Group may send its
-// dead letters back to itself (Redriver). An engine that reports its
-// events calls Config.Observer (capability Observed); one that watches
-// its handlers honours Config.StuckAfter (StuckDetection).
+// does instead: an [Engine] may describe itself at once ([Snapshotter]),
+// delete groups and topics ([Deleter]) and answer a ping ([Pinger]); a
+// [Topic] may tell a stored record's ID ([RecordIDer]); a [Group] may send
+// its dead letters back to itself ([Redriver]), discard them
+// ([DeadLetterDiscarder]) and read the newest alone ([DeadLetterReader]);
+// an engine may deliver batches ([BatchSubscriber]). The promises only
+// some engines keep are declared in [Capabilities]: an option that needs
+// one an engine lacks is an error wrapping [ErrInvalid], never a silent
+// change of behaviour.
+//
+// # Stability
+//
+// The boundary grows by optional interfaces and new fields, so that an
+// engine written against it keeps compiling; a change that would break
+// one is named in the CHANGELOG.
 package engine
 
 import (
@@ -30,6 +51,14 @@ import (
 	"iter"
 	"time"
 )
+
+// Driver opens an Engine for a broker: pubsub.NewBroker calls Open once,
+// with the broker's configuration (its clock, its IDs, its retry policy,
+// its observer), when the broker is made with pubsub.WithEngine(d). It is
+// what an engine package returns to its users.
+type Driver interface {
+	Open(cfg Config) (Engine, error)
+}
 
 // Engine creates topics and groups and owns their lifecycle. Its methods
 // are safe for concurrent use.
