@@ -3,8 +3,8 @@ package pubsub
 import (
 	"fmt"
 
-	"github.com/logbus/logbus/internal/core"
 	"github.com/logbus/logbus/engine"
+	"github.com/logbus/logbus/internal/core"
 )
 
 // An Engine stores a Broker's topics and delivers their records: the typed
