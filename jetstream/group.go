@@ -187,6 +187,7 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 		g.spec = resolveSpec(e, *spec)
 	}
 	created := false
+	var fresh []leaderOf // the consumers this broker created, whose leaders it spreads
 	for p := range t.parts {
 		c, err := e.js.Consumer(ctx, e.names.stream(t.name, p), e.names.consumer(name, p))
 		if errors.Is(err, natsjs.ErrConsumerNotFound) && spec != nil {
@@ -200,6 +201,9 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 			}
 			c, err = e.js.CreateConsumer(ctx, e.names.stream(t.name, p), cfg)
 			created = err == nil
+			if created {
+				fresh = append(fresh, consumerLeader(e.names.stream(t.name, p), c))
+			}
 		}
 		if errors.Is(err, natsjs.ErrConsumerNotFound) {
 			return nil, fmt.Errorf("no group %q on topic %q: %w", name, t.name, engine.ErrSubscription)
@@ -219,8 +223,9 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 		g.consumers[p] = c
 		g.observeConsumer(p, c.CachedInfo())
 	}
+	e.spreadLeaders(ctx, fresh)
 	var err error
-	g.dlq, err = e.js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
+	g.dlq, err = e.createStream(ctx, natsjs.StreamConfig{
 		Name:      e.names.dlqStream(t.name, name),
 		Subjects:  []string{e.names.dlqSubject(t.name, name)},
 		Retention: natsjs.LimitsPolicy,
@@ -229,7 +234,7 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 		Storage:   t.streamConfig(0).Storage,
 		// Read by batches of direct gets (dlq.go).
 		AllowDirect: true,
-	})
+	}, true)
 	if err != nil {
 		return nil, e.ctxErr(ctx, fmt.Errorf("group %q: dead-letter stream: %w", name, err))
 	}
@@ -264,6 +269,18 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 	}
 	e.groups[groupKey{t.name, name}] = g
 	return g, nil
+}
+
+// consumerLeader is a consumer of stream just created, for spreadLeaders.
+func consumerLeader(stream string, c natsjs.Consumer) leaderOf {
+	return leaderOf{stepdown: "CONSUMER.LEADER.STEPDOWN." + stream + "." + c.CachedInfo().Name,
+		cluster: c.CachedInfo().Cluster, info: func(ctx context.Context) (*natsjs.ClusterInfo, error) {
+			info, err := c.Info(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return info.Cluster, nil
+		}}
 }
 
 func (g *group) consumerConfig(p int) natsjs.ConsumerConfig {

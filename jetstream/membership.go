@@ -19,6 +19,18 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
+// membersBucket is the membership bucket's configuration: a key per
+// member, expiring a TTL after its last heartbeat.
+func (e *eng) membersBucket() natsjs.KeyValueConfig {
+	return natsjs.KeyValueConfig{Bucket: e.names.bucket(), TTL: e.cfg.memberTTL, History: 1}
+}
+
+// dealsBucket is the assignment bucket's configuration: a key per group
+// (assign.go), without TTL.
+func (e *eng) dealsBucket() natsjs.KeyValueConfig {
+	return natsjs.KeyValueConfig{Bucket: e.names.bucket() + "_deals", History: 1}
+}
+
 // join adds a local member: its membership key, then a reconcile, so the
 // assignment includes it when Subscribe returns.
 func (g *group) join(ctx context.Context, m *member) error {
