@@ -508,6 +508,13 @@ func (o *observer) Observe(e *engine.Event) {
 		for _, h := range o.skip {
 			o.safely(h, "skip", func() { h.OnSkip(ev) })
 		}
+	case engine.EventMembership:
+		attrs := []slog.Attr{slog.String(attrTopic, e.Topic), slog.String(attrGroup, e.Group)}
+		if e.Err != nil {
+			o.logAttrs(ctx, slog.LevelWarn, "logbus: cannot follow the group's membership", append(attrs, errAttr(e.Err))...)
+		} else {
+			o.logAttrs(ctx, slog.LevelInfo, "logbus: group membership restored", append(attrs, slog.Duration("after", e.Delay))...)
+		}
 	case engine.EventStuck, engine.EventUnstuck:
 		ev := StuckEvent{Delivery: eventDelivery(e), Running: e.Delay, Returned: e.Kind == engine.EventUnstuck}
 		if ev.Returned {
