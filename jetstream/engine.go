@@ -117,6 +117,9 @@ type eng struct {
 	kv       natsjs.KeyValue // membership: a key per member, with TTL
 	deals    natsjs.KeyValue // assignments: a key per group
 
+	bucketsMu      sync.Mutex // serialises ensureBuckets, guards bucketsChecked
+	bucketsChecked time.Time  // when ensureBuckets last asked the server
+
 	// handlerCtx is every handler's context; Close cancels it when it
 	// gives up on draining.
 	handlerCtx     context.Context

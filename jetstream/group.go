@@ -43,15 +43,17 @@ type group struct {
 
 	mu       sync.Mutex // guards the fields below; never held across a server request or user code
 	members  map[string]*member
-	assign   map[string][]int // the last assignment computed, of every live member
-	order    []string         // its members, in the order they joined
-	paused   bool             // Pause holds every slot
-	pausedOn bool             // and the server confirmed the pause: from then on a resume by another broker releases the holds
-	closed   bool             // shutdown began
-	loopStop chan struct{}    // nil until the first local member joins
-	loopDone chan struct{}
-	letters  map[string]error // dead letters this process made, by letter ID: their original errors
-	lettersQ []string         // their IDs, oldest first: at most the dead-letter limit are kept
+	assign   map[string][]int   // the last assignment computed, of every live member
+	order    []string           // its members, in the order they joined
+	paused   bool               // Pause holds every slot
+	pausedOn bool               // and the server confirmed the pause: from then on a resume by another broker releases the holds
+	closed   bool               // shutdown began
+	stopLoop context.CancelFunc // stops the loop and beat goroutines; nil until the first local member joins
+	loopDone chan struct{}      // closed when the loop has exited
+	beatDone chan struct{}      // closed when beat has exited
+	health   health             // of the membership, as the loop and beat see it
+	letters  map[string]error   // dead letters this process made, by letter ID: their original errors
+	lettersQ []string           // their IDs, oldest first: at most the dead-letter limit are kept
 
 	wake chan struct{} // buffered 1: the loop reconciles soon
 
