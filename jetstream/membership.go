@@ -77,7 +77,7 @@ func (g *group) join(ctx context.Context, m *member) error {
 	}
 	g.members[consumer] = m // reserved; not yet live
 	g.mu.Unlock()
-	rev, err := g.e.kv.Create(ctx, key, []byte(g.e.instance))
+	rev, err := g.createKey(ctx, key)
 	if err != nil {
 		g.mu.Lock()
 		delete(g.members, consumer)
@@ -100,6 +100,26 @@ func (g *group) join(ctx context.Context, m *member) error {
 	g.mu.Unlock()
 	_ = g.reconcile()
 	return nil
+}
+
+// createKey creates a member's key, waiting out a membership bucket
+// without a leader: after a server of the cluster is lost, the bucket's
+// replicas elect a new leader within 4-9s, and meanwhile nats.go says no
+// stream responded. It tries again every 100ms until ctx ends, or for the
+// request timeout when ctx has no deadline.
+func (g *group) createKey(ctx context.Context, key string) (uint64, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.e.cfg.requestTimeout)
+		defer cancel()
+	}
+	for {
+		rev, err := g.e.kv.Create(ctx, key, []byte(g.e.instance))
+		if !errors.Is(err, natsjs.ErrNoStreamResponse) || ctx.Err() != nil {
+			return rev, err
+		}
+		pause(ctx, 100*time.Millisecond)
+	}
 }
 
 // loop reconciles the assignment with the live membership: whenever a

@@ -71,6 +71,40 @@ func waitOwners(t *testing.T, want map[string][]int, groups ...*pubsub.Group[str
 	}
 }
 
+// waitSpread polls until every group reports the members sharing the
+// partitions evenly between them (each owns parts/len(members)), or fails
+// the test after 20s.
+func waitSpread(t *testing.T, parts int, members []string, groups ...*pubsub.Group[string]) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := true
+		for _, g := range groups {
+			got := g.Assignment()
+			seen := map[int]bool{}
+			ok = ok && len(got) == len(members)
+			for _, m := range members {
+				ok = ok && len(got[m]) == parts/len(members)
+				for _, p := range got[m] {
+					ok = ok && !seen[p]
+					seen[p] = true
+				}
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			var got []string
+			for _, g := range groups {
+				got = append(got, fmt.Sprint(g.Assignment()))
+			}
+			t.Fatalf("assignments %v after 20s, want %v sharing %d partitions evenly", got, members, parts)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the assignment: see waitOwners
+	}
+}
+
 func ignore(context.Context, pubsub.Message[string]) error { return nil }
 
 // A broker whose group loop is stuck (here: its reconcile held; in the

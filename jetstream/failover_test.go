@@ -1,0 +1,427 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"hash/crc32"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/logbus/logbus/codec"
+	"github.com/logbus/logbus/pubsub"
+	"github.com/logbus/logbus/pubsub/pubsubtest"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// The failover tests run on a cluster of servers in child processes
+// (cluster_test.go), killed with SIGKILL. They are slow (a Raft election
+// after a server dies takes 4-9s), so they run only with LOGBUS_CLUSTER=1:
+//
+//	LOGBUS_CLUSTER=1 go test -race -count=1 -run 'Cluster|Failover|NodeLoss|Restart|Replicas|Leaders' -v ./jetstream/
+
+// deliveries times every handler call of a group, to tell when a record
+// came again relative to a crash.
+type deliveries struct {
+	mu   sync.Mutex
+	list []delivery
+}
+
+type delivery struct {
+	consumer          string
+	partition         int
+	offset            int64
+	attempt           int
+	value             string
+	started, returned time.Time
+}
+
+// handler returns a handler that logs each call, taking 1ms of work.
+func (d *deliveries) handler(consumer string) pubsub.Handler[string] {
+	return pubsub.HandlerFunc[string](func(ctx context.Context, m pubsub.Message[string]) error {
+		x := delivery{consumer: consumer, partition: m.Partition, offset: m.Offset, attempt: m.Attempt, value: m.Value,
+			started: time.Now()}
+		t := time.NewTimer(time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		x.returned = time.Now()
+		d.mu.Lock()
+		d.list = append(d.list, x)
+		d.mu.Unlock()
+		return nil
+	})
+}
+
+func (d *deliveries) all() []delivery {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.list)
+}
+
+// crashWindow returns the deliveries that repeat an earlier one of the
+// same record with no higher Attempt and by the same consumer: what the
+// server's lost consumer state brings again (an owner change or a higher
+// Attempt explain the others); with, for each, how long before crash its
+// earlier delivery returned.
+func crashWindow(ds []delivery, crash time.Time) (repeats []delivery, ages []time.Duration) {
+	last := map[[2]int64]delivery{}
+	for _, d := range ds {
+		k := [2]int64{int64(d.partition), d.offset}
+		if prev, ok := last[k]; ok && d.attempt <= prev.attempt && d.consumer == prev.consumer {
+			repeats = append(repeats, d)
+			ages = append(ages, crash.Sub(prev.returned))
+		}
+		last[k] = d
+	}
+	return repeats, ages
+}
+
+// producer publishes to every partition of a topic, a goroutine per
+// partition, one record at a time, until halted; it keeps what the server
+// acknowledged and when. A publish gets a second: one that fails (its
+// partition has no leader) is given up and the next one tried, so a
+// partition's first acknowledgement after a crash says when it took
+// publishes again, to within that second.
+type producer struct {
+	mu      sync.Mutex
+	acked   map[pubsub.Position]string
+	ackedAt map[pubsub.Position]time.Time
+	failed  int
+	lastErr error
+	more    chan struct{} // closed and replaced on every acknowledgement
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// keysOf returns n keys of the String codec that the default partitioner
+// (CRC-32 of the encoded key) sends to partition p of parts.
+func keysOf(p, parts, n int) []string {
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		k := fmt.Sprint("k", i)
+		if int(crc32.ChecksumIEEE([]byte(k))%uint32(parts)) == p {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+func startProducer(topic *pubsub.Topic[string, string], parts int) *producer {
+	pr := &producer{acked: map[pubsub.Position]string{}, ackedAt: map[pubsub.Position]time.Time{},
+		more: make(chan struct{}), stop: make(chan struct{})}
+	for p := range parts {
+		keys := keysOf(p, parts, 8)
+		pr.wg.Go(func() { // exits when halted
+			for i := 0; ; i++ {
+				select {
+				case <-pr.stop:
+					return
+				default:
+				}
+				v := fmt.Sprintf("p%d-%d", p, i)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				pos, err := topic.Publish(ctx, keys[i%len(keys)], v)
+				cancel()
+				pr.mu.Lock()
+				if err != nil {
+					// The outcome is unknown: it may have been stored. The
+					// check reads back what the partitions hold.
+					pr.failed++
+					pr.lastErr = err
+				} else {
+					pr.acked[pos], pr.ackedAt[pos] = v, time.Now()
+					close(pr.more)
+					pr.more = make(chan struct{})
+				}
+				pr.mu.Unlock()
+			}
+		})
+	}
+	return pr
+}
+
+// waitAcked waits until n more records than now were acknowledged, or
+// fails the test after 60s.
+func (pr *producer) waitAcked(t *testing.T, n int) {
+	t.Helper()
+	pr.mu.Lock()
+	want := len(pr.acked) + n
+	pr.mu.Unlock()
+	deadline := time.NewTimer(60 * time.Second)
+	defer deadline.Stop()
+	for {
+		pr.mu.Lock()
+		got, more := len(pr.acked), pr.more
+		pr.mu.Unlock()
+		if got >= want {
+			return
+		}
+		select {
+		case <-more:
+		case <-deadline.C:
+			t.Fatalf("%d records acknowledged after 60s, want %d", got, want)
+		}
+	}
+}
+
+// halt stops the producer and waits for its goroutines; idempotent.
+func (pr *producer) halt() {
+	select {
+	case <-pr.stop:
+	default:
+		close(pr.stop)
+	}
+	pr.wg.Wait()
+}
+
+// ends returns, per partition, the offset past the last acknowledged one.
+func (pr *producer) ends(parts int) []int64 {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	ends := make([]int64, parts)
+	for pos := range pr.acked {
+		ends[pos.Partition] = max(ends[pos.Partition], pos.Offset+1)
+	}
+	return ends
+}
+
+// firstAckAfter returns, per partition, the first acknowledgement after t
+// (zero when none).
+func (pr *producer) firstAckAfter(parts int, t time.Time) []time.Time {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	first := make([]time.Time, parts)
+	for pos, at := range pr.ackedAt {
+		if at.After(t) && (first[pos.Partition].IsZero() || at.Before(first[pos.Partition])) {
+			first[pos.Partition] = at
+		}
+	}
+	return first
+}
+
+// firstHandledFrom returns, per partition, when the first record at or
+// past from[p] was handled (zero when none).
+func firstHandledFrom(ds []delivery, from []int64) []time.Time {
+	first := make([]time.Time, len(from))
+	for _, d := range ds {
+		p := d.partition
+		if d.offset >= from[p] && (first[p].IsZero() || d.returned.Before(first[p])) {
+			first[p] = d.returned
+		}
+	}
+	return first
+}
+
+// since returns the largest of ts − t, and whether none of ts is zero.
+func since(ts []time.Time, t time.Time) (time.Duration, bool) {
+	var d time.Duration
+	for _, x := range ts {
+		if x.IsZero() {
+			return 0, false
+		}
+		d = max(d, x.Sub(t))
+	}
+	return d, true
+}
+
+// checkStored verifies that every acknowledged record is stored at its
+// position with its value, and records in hist every record the
+// partitions hold (a publish that failed may have been stored too): the
+// group must handle each. It returns how many the partitions hold.
+func checkStored(ctx context.Context, t *testing.T, js natsjs.JetStream, n names, topic string, parts int,
+	pr *producer, hist *pubsubtest.History) int {
+	t.Helper()
+	pr.mu.Lock()
+	acked := maps.Clone(pr.acked)
+	pr.mu.Unlock()
+	stored := 0
+	for p := range parts {
+		s, err := js.Stream(ctx, n.stream(topic, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := s.CachedInfo().State.LastSeq
+		for seq := uint64(1); seq <= last; seq++ {
+			hist.Published(topic, pubsub.Position{Partition: p, Offset: int64(seq) - 1})
+		}
+		stored += int(last)
+	}
+	lost := 0
+	for pos, v := range acked {
+		s, err := js.Stream(ctx, n.stream(topic, pos.Partition))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := s.GetMsg(ctx, uint64(pos.Offset)+1)
+		if err != nil || string(m.Data) != v {
+			lost++
+			if lost <= 10 {
+				t.Errorf("acknowledged %q at %d@%d: stored %v (%v)", v, pos.Partition, pos.Offset, m, err)
+			}
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of %d acknowledged records lost", lost, len(acked))
+	}
+	return stored
+}
+
+// TestNodeLossR3 kills (SIGKILL) the server leading most of a topic's
+// partition streams, on a cluster of three with every stream, consumer and
+// bucket R3, while a producer publishes to every partition and a group of
+// two members consumes. Publishing and consuming resume on every
+// partition within a bound (the servers elect new leaders 4-9s after the
+// loss; measured and logged), a broker opened while the server is down
+// joins the group and consumes, no acknowledged record is lost, and every
+// stored record is handled; a record handled again is explained by its
+// Attempt, an owner change, or the crash window (consumer state the dead
+// leader had not replicated yet), whose size is logged and bounded.
+func TestNodeLossR3(t *testing.T) {
+	needCluster(t)
+	c := startCluster(t, 3)
+	const parts = 6
+	hist, ds := pubsubtest.NewHistory(), &deliveries{}
+	open := func(name string) *pubsub.Topic[string, string] {
+		eng, err := Connect(c.connect(name), WithPrefix("loss"), WithReplicas(3), WithAckWait(2*time.Second),
+			WithPollWait(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := brokerOn(t, eng)
+		if err := b.Err(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(parts),
+			pubsub.WithRetention(pubsub.Retention{MaxMessages: 1 << 20}))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return topic
+	}
+	join := func(name string) *pubsub.Group[string] {
+		g, err := open(name).Subscribe("billing", name, pubsubtest.Observe(hist, "orders", "billing", name, ds.handler(name)))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return g
+	}
+	pub := open("publisher")
+	g1, g2 := join("m1"), join("m2")
+	waitOwners(t, map[string][]int{"m1": {0, 1, 2}, "m2": {3, 4, 5}}, g1, g2)
+
+	prod := startProducer(pub, parts)
+	defer prod.halt()
+	prod.waitAcked(t, 600)
+
+	// Kill the server leading most partition streams.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	js, err := natsjs.New(c.connect("checker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := names{prefix: encodeName("loss")}
+	var streams []string
+	for p := range parts {
+		streams = append(streams, n.stream("orders", p))
+	}
+	leads, err := leaders(ctx, js, streams...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, led := c.mostLeader(leads)
+	ends := prod.ends(parts)
+	c.kill(victim)
+	killed := time.Now()
+	hist.Repositioned("billing", "orders") // the crash window's repeats; crashWindow bounds them below
+	t.Logf("killed %s, which led %d of the %d partition streams (leaders %v)", c.nodes[victim].cfg.Name, led, parts, leads)
+
+	// Publishing and consuming resume on every partition. Polled: when is
+	// up to the servers' election.
+	const bound = 30 * time.Second
+	var pubResumed, conResumed time.Duration
+	for {
+		var okp, okc bool
+		pubResumed, okp = since(prod.firstAckAfter(parts, killed), killed)
+		conResumed, okc = since(firstHandledFrom(ds.all(), ends), killed)
+		if okp && okc {
+			break
+		}
+		if time.Since(killed) > bound {
+			t.Fatalf("%v after the kill: publishing resumed on every partition: %t, consuming: %t", bound, okp, okc)
+		}
+		time.Sleep(20 * time.Millisecond) // polling: see above
+	}
+	t.Logf("after the kill every partition took a publish again within %v and handled a record published after it within %v",
+		pubResumed.Round(10*time.Millisecond), conResumed.Round(10*time.Millisecond))
+	for p, at := range firstHandledFrom(ds.all(), ends) {
+		t.Logf("partition %d (leader was %s): publish again after %v, consumed after %v", p, leads[p],
+			prod.firstAckAfter(parts, killed)[p].Sub(killed).Round(10*time.Millisecond), at.Sub(killed).Round(10*time.Millisecond))
+	}
+
+	// A broker opened while the server is down (and the servers have
+	// elected its partitions' new leaders): it joins the group and gets
+	// its share.
+	start := time.Now()
+	g3 := join("m3")
+	t.Logf("a broker opened and joined the group in %v with %s down", time.Since(start).Round(time.Millisecond),
+		c.nodes[victim].cfg.Name)
+	waitSpread(t, parts, []string{"m1", "m2", "m3"}, g1, g2, g3)
+	prod.waitAcked(t, 600)
+	prod.halt()
+
+	// Everything stored is handled; nothing acknowledged was lost.
+	dctx, dcancel := context.WithTimeout(ctx, time.Minute)
+	defer dcancel()
+	stored := checkStored(ctx, t, js, n, "orders", parts, prod, hist)
+	waitHandled(dctx, t, hist, stored)
+	rep := hist.Check()
+	if err := rep.Err(); err != nil {
+		t.Error(err)
+	}
+	repeats, ages := crashWindow(ds.all(), killed)
+	var oldest time.Duration
+	for _, a := range ages {
+		oldest = max(oldest, a)
+	}
+	prod.mu.Lock()
+	failed, lastErr := prod.failed, prod.lastErr
+	prod.mu.Unlock()
+	t.Logf("%d records stored (%d publishes failed, the last with %v), %d deliveries; redeliveries %v; "+
+		"%d repeats with the same Attempt and owner, the oldest handled %v before the kill",
+		stored, failed, lastErr, rep.Deliveries, rep.Redeliveries, len(repeats), oldest.Round(time.Millisecond))
+	for _, a := range ages {
+		if a > 2*time.Second {
+			t.Errorf("a record handled %v before the kill came again with the same Attempt: outside the crash window", a)
+		}
+	}
+}
+
+// waitHandled waits until the history's groups completed n distinct
+// records, or ctx ends.
+func waitHandled(ctx context.Context, t *testing.T, hist *pubsubtest.History, n int) {
+	t.Helper()
+	for {
+		done := map[[2]int64]bool{}
+		for _, e := range hist.Events() {
+			if e.Kind == pubsubtest.End && e.Err == nil {
+				done[[2]int64{int64(e.Partition), e.Offset}] = true
+			}
+		}
+		if len(done) >= n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d of %d records handled: %v", len(done), n, ctx.Err())
+		case <-time.After(20 * time.Millisecond): // polling the history: the handlers run in other brokers
+		}
+	}
+}
