@@ -306,3 +306,43 @@ func (c *testCluster) names() []string {
 	}
 	return slices.Clip(out)
 }
+
+// asset names a stream, or a durable consumer of a stream.
+type asset struct{ stream, consumer string }
+
+// waitLeaders waits until every asset has a leader (after a server was
+// lost, each Raft group elects one 4-9s later, each on its own timer), or
+// fails the test after 30s. Polled: an election is not an event the
+// client can wait on.
+func waitLeaders(t testing.TB, js natsjs.JetStream, assets []asset) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		missing := ""
+		for _, a := range assets {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			var cl *natsjs.ClusterInfo
+			s, err := js.Stream(ctx, a.stream)
+			if err == nil && a.consumer == "" {
+				cl = s.CachedInfo().Cluster
+			} else if err == nil {
+				var c natsjs.Consumer
+				if c, err = s.Consumer(ctx, a.consumer); err == nil {
+					cl = c.CachedInfo().Cluster
+				}
+			}
+			cancel()
+			if err != nil || cl == nil || cl.Leader == "" {
+				missing = fmt.Sprintf("%s %s: %v", a.stream, a.consumer, err)
+				break
+			}
+		}
+		if missing == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader after 30s: %s", missing)
+		}
+		time.Sleep(50 * time.Millisecond) // polling: see above
+	}
+}

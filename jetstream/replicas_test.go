@@ -42,7 +42,7 @@ func TestReplicasOnAServerAlone(t *testing.T) {
 // On a cluster of three, WithReplicas(3) makes every stream and bucket
 // the engine creates R3, and the group's consumers with them; WithReplicas
 // of another broker attaching to them changes nothing.
-func TestReplicasOnACluster(t *testing.T) {
+func TestClusterReplicas(t *testing.T) {
 	needCluster(t)
 	c := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -108,13 +108,13 @@ func TestReplicasOnACluster(t *testing.T) {
 	t.Logf("leaders of the %d partition streams: %v", parts, leads)
 }
 
-// TestLeadersSpread creates eight topics of six partitions, each with a
+// TestClusterLeadersSpread creates six topics of six partitions, each with a
 // group, on a cluster of three: with R3 no server leads more than two of
 // a topic's partition streams, nor of its group's consumers (the server
 // alone often put four on one: cluster_test.go). R1 is logged: the
 // server puts every R1 stream on the server with the most free storage,
 // and the engine cannot move them.
-func TestLeadersSpread(t *testing.T) {
+func TestClusterLeadersSpread(t *testing.T) {
 	needCluster(t)
 	c := startCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -139,7 +139,7 @@ func TestLeadersSpread(t *testing.T) {
 		}
 		b := brokerOn(t, eng)
 		n := names{prefix: encodeName(prefix)}
-		for i := range 8 {
+		for i := range 6 {
 			name := fmt.Sprint("t", i)
 			start := time.Now()
 			topic, err := pubsub.NewTopic(b, name, codec.String(), codec.String(), pubsub.WithPartitions(parts))
