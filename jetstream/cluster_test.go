@@ -310,16 +310,25 @@ func (c *testCluster) names() []string {
 // asset names a stream, or a durable consumer of a stream.
 type asset struct{ stream, consumer string }
 
-// waitLeaders waits until every asset has a leader (after a server was
-// lost, each Raft group elects one 4-9s later, each on its own timer), or
-// fails the test after 30s. Polled: an election is not an event the
-// client can wait on.
+// waitLeaders waits until the cluster's meta group (which creates and
+// looks up streams, consumers and buckets) and every asset have a leader
+// (after a server was lost, each Raft group elects one 4-9s later, each
+// on its own timer), or fails the test after 30s. Polled: an election is
+// not an event the client can wait on.
 func waitLeaders(t testing.TB, js natsjs.JetStream, assets []asset) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		missing := ""
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if _, err := js.AccountInfo(ctx); err != nil {
+			missing = fmt.Sprintf("the meta group: %v", err)
+		}
+		cancel()
 		for _, a := range assets {
+			if missing != "" {
+				break
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			var cl *natsjs.ClusterInfo
 			s, err := js.Stream(ctx, a.stream)

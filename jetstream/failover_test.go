@@ -291,13 +291,18 @@ func TestClusterNodeLoss(t *testing.T) {
 	c := startCluster(t, 3)
 	const parts = 6
 	hist, ds := pubsubtest.NewHistory(), &deliveries{}
+	rb := &rebalances{} // m1's, from the kill on
 	open := func(name string) *pubsub.Topic[string, string] {
 		eng, err := Connect(c.connect(name), WithPrefix("loss"), WithReplicas(3), WithAckWait(2*time.Second),
 			WithPollWait(50*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := brokerOn(t, eng)
+		var opts []pubsub.BrokerOption
+		if name == "m1" {
+			opts = append(opts, pubsub.WithHooks(rb))
+		}
+		b := brokerOn(t, eng, opts...)
 		if err := b.Err(); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -341,6 +346,7 @@ func TestClusterNodeLoss(t *testing.T) {
 	}
 	victim, led := c.mostLeader(leads)
 	ends := prod.ends(parts)
+	rebalancesBefore := rb.n.Load()
 	c.kill(victim)
 	killed := time.Now()
 	hist.Repositioned("billing", "orders") // the crash window's repeats; crashWindow bounds them below
@@ -368,6 +374,8 @@ func TestClusterNodeLoss(t *testing.T) {
 		t.Logf("partition %d (leader was %s): publish again after %v, consumed after %v", p, leads[p],
 			prod.firstAckAfter(parts, killed)[p].Sub(killed).Round(10*time.Millisecond), at.Sub(killed).Round(10*time.Millisecond))
 	}
+
+	t.Logf("m1 saw %d rebalances after the kill (MemberTTL 5s)", rb.n.Load()-rebalancesBefore)
 
 	// A broker opened while the server is down, once the servers have
 	// elected new leaders for everything it led (a request to an asset

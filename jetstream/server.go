@@ -31,9 +31,9 @@ func (f serverOptionFunc) applyServer(o *server.Options) { f(o) }
 // flushes each write to the operating system, which keeps it through a
 // crash of the process, but syncs the disk only every two minutes: a power
 // loss may take up to that much acknowledged data. It costs throughput:
-// a Publish waits for a disk sync, about 5 times slower on the machine
-// measured (bench/README.md: a third of the rate with PublishBatch,
-// where the server syncs a batch's records one by one).
+// each Publish waits for a disk sync, about ten times slower on the
+// machine measured, and a PublishBatch about twenty times, since the
+// server syncs a batch's records one by one (bench/README.md).
 func WithSyncAlways() ServerOption {
 	return serverOptionFunc(func(o *server.Options) { o.SyncAlways = true })
 }
