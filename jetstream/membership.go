@@ -6,6 +6,7 @@ package jetstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -205,7 +206,6 @@ func (g *group) loop(ctx context.Context, done chan struct{}) {
 // (not started yet, or its consumer was lost), and a nil channel is never
 // ready in the loop's select.
 type watch struct {
-	w      natsjs.KeyWatcher
 	ch     <-chan natsjs.KeyValueEntry
 	cancel context.CancelFunc
 }
@@ -233,13 +233,16 @@ func (g *group) startWatch(ctx context.Context, w *watch, open func(context.Cont
 		cancel()
 		return
 	}
-	*w = watch{w: kw, ch: kw.Updates(), cancel: cancel}
+	*w = watch{ch: kw.Updates(), cancel: cancel}
 }
 
-// stop stops w if it runs.
+// stop stops w if it runs, without waiting: cancelling the watch's
+// context makes nats.go unsubscribe and delete its consumer on a
+// goroutine of its own, which ends when the server answered or after
+// nats.go's request timeout (KeyWatcher.Stop would wait for that here,
+// up to 5s with the server away).
 func (w *watch) stop() {
-	if w.w != nil {
-		_ = w.w.Stop()
+	if w.cancel != nil {
 		w.cancel()
 	}
 	*w = watch{}
@@ -299,19 +302,35 @@ func (g *group) isKnown(key string) bool {
 // partitions. It reports whether a member's standing changed (the loop
 // must reconcile) and the membership event to raise, if any.
 func (g *group) heartbeat(ctx context.Context) (changed bool, ev *engine.Event) {
+	type beat struct {
+		m   *member
+		rev uint64
+	}
 	g.mu.Lock()
-	ms := make([]*member, 0, len(g.members))
+	ms := make([]beat, 0, len(g.members))
 	for _, m := range g.members {
-		ms = append(ms, m)
+		if m.rev != 0 { // 0: still joining, its key being created
+			ms = append(ms, beat{m, m.rev})
+		}
 	}
 	g.mu.Unlock()
 	var failed error
-	for _, m := range ms {
-		rev, err := g.e.kv.Update(ctx, m.key, []byte(g.e.instance), m.rev)
+	for _, b := range ms {
+		m := b.m
+		rev, err := g.e.kv.Update(ctx, m.key, []byte(g.e.instance), b.rev)
 		recreated := false
 		if err != nil {
+			// Not after the member left: its key is gone because Leave or
+			// Close deleted it, and must stay gone.
+			if g.hasLeft(m) {
+				continue
+			}
 			rev, err = g.e.kv.Create(ctx, m.key, []byte(g.e.instance))
 			recreated = err == nil
+			if recreated && g.hasLeft(m) { // it left meanwhile: take the key back
+				_ = g.e.kv.Delete(ctx, m.key)
+				continue
+			}
 		}
 		g.mu.Lock()
 		switch {
@@ -331,6 +350,13 @@ func (g *group) heartbeat(ctx context.Context) (changed bool, ev *engine.Event) 
 	}
 	ev = g.noteHealth(true, failed)
 	return changed || ev != nil, ev
+}
+
+// hasLeft reports whether m has left the group (Leave, Close).
+func (g *group) hasLeft(m *member) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return m.left
 }
 
 // health is how well this broker follows the group's membership on the
@@ -378,31 +404,57 @@ func (g *group) noteHealth(beat bool, err error) *engine.Event {
 	return ev
 }
 
-// liveMembers lists the group's members across brokers, sorted, from the
-// membership bucket.
-func (g *group) liveMembers(ctx context.Context) ([]string, map[string]bool, error) {
+// liveMembers lists the group's members across brokers, sorted: the keys
+// of the membership bucket under the group's prefix whose last entry is a
+// heartbeat (not a deletion), read with one request, a batched direct get
+// of the last message of each key. (nats.go's ListKeys creates a consumer
+// on the server for every listing and deletes it after, through the meta
+// leader on a cluster; after a restart of the server one such listing was
+// seen to take 5s, and one cut short by its context ends without an
+// error, which would deal without the members it missed.) The answer
+// comes from any replica of the bucket, so it may lag a moment behind its
+// leader: a deal made from it is stored with compare-and-set, and the
+// next reconcile corrects it.
+func (g *group) liveMembers(ctx context.Context) ([]string, error) {
 	prefix := g.e.names.memberPrefix(g.t.name, g.name)
-	lister, err := g.e.kv.ListKeysFiltered(ctx, prefix+"*")
+	bucket := g.e.names.bucket()
+	req, _ := json.Marshal(struct {
+		MultiLast []string `json:"multi_last"`
+	}{[]string{"$KV." + bucket + "." + prefix + "*"}})
+	nc := g.e.js.Conn()
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	defer lister.Stop()
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest(g.e.apiPrefix()+"DIRECT.GET.KV_"+bucket, inbox, req); err != nil {
+		return nil, err
+	}
 	var names []string
-	for k := range lister.Keys() {
-		names = append(names, decodeName(strings.TrimPrefix(k, prefix)))
+	for {
+		msg, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return nil, err
+		}
+		switch status := msg.Header.Get("Status"); status {
+		case "": // a key's last entry
+		case "204": // the end of the batch
+			slices.Sort(names)
+			return names, nil
+		case "404": // no key at all
+			return nil, nil
+		case "503":
+			return nil, fmt.Errorf("membership bucket %s: %w", bucket, nats.ErrNoResponders)
+		default:
+			return nil, fmt.Errorf("membership bucket %s: status %s %s", bucket, status, msg.Header.Get("Description"))
+		}
+		if op := msg.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			continue
+		}
+		key := strings.TrimPrefix(msg.Header.Get("Nats-Subject"), "$KV."+bucket+".")
+		names = append(names, decodeName(strings.TrimPrefix(key, prefix)))
 	}
-	if err := ctx.Err(); err != nil {
-		// The lister stops when ctx ends, and then lists what it had:
-		// not every member (Drain would take a group for memberless).
-		return nil, nil, err
-	}
-	slices.Sort(names)
-	names = slices.Compact(names)
-	set := make(map[string]bool, len(names))
-	for _, n := range names {
-		set[n] = true
-	}
-	return names, set, nil
 }
 
 // reconcile computes the assignment from the live membership and makes
@@ -430,7 +482,7 @@ func (g *group) reconcileLocked() (*engine.Event, error) {
 	g.recMu.Lock()
 	defer g.recMu.Unlock()
 	ctx, cancel := g.e.ctx()
-	live, _, err := g.liveMembers(ctx)
+	live, err := g.liveMembers(ctx)
 	var d deal
 	if err == nil {
 		d, err = g.currentDeal(ctx, live)
