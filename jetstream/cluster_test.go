@@ -197,18 +197,6 @@ func (c *testCluster) kill(i int) {
 	nd.cmd = nil
 }
 
-// stop stops node i cleanly (its server shuts down: Raft leaders step
-// down first) and waits for it to exit.
-func (c *testCluster) stop(i int) {
-	nd := c.nodes[i]
-	if nd.cmd == nil {
-		return
-	}
-	nd.stdin.Close()
-	<-nd.done
-	nd.cmd = nil
-}
-
 // url is the client URL of every node, comma-separated, for nats.Connect.
 func (c *testCluster) url() string {
 	var urls []string

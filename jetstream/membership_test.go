@@ -37,6 +37,18 @@ type rebalances struct{ n atomic.Int64 }
 
 func (r *rebalances) OnRebalance(pubsub.RebalanceEvent) { r.n.Add(1) }
 
+// membershipEvents counts a broker's membership events: failures and
+// recoveries.
+type membershipEvents struct{ failed, restored atomic.Int64 }
+
+func (m *membershipEvents) OnMembership(e pubsub.MembershipEvent) {
+	if e.Err != nil {
+		m.failed.Add(1)
+	} else {
+		m.restored.Add(1)
+	}
+}
+
 // waitOwners polls until every group reports the assignment want, or
 // fails the test after 20s: when a membership change lands is up to the
 // server's TTLs, so there is nothing to wait on but the assignment.
@@ -170,13 +182,15 @@ func (s *syncBuffer) String() string {
 // or a deletion), the brokers make them again, their members come back,
 // the watches follow the new buckets, and a member that crashes
 // afterwards is replaced within the detection time. The failure and the
-// recovery are logged and the failure shows in the Snapshot meanwhile.
+// recovery are logged and raised to HookMembership, and the failure shows
+// in the Snapshot meanwhile.
 func TestMembershipSurvivesLostBuckets(t *testing.T) {
 	opts := testOptions() // MemberTTL 1s
 	var logs syncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ca := &capturing{Engine: testServer.Engine(opts...)}
-	a := brokerOn(t, ca, pubsub.WithLogger(logger))
+	hook := &membershipEvents{}
+	a := brokerOn(t, ca, pubsub.WithLogger(logger), pubsub.WithHooks(hook))
 	nc, err := testServer.Connect()
 	if err != nil {
 		t.Fatal(err)
@@ -245,6 +259,9 @@ func TestMembershipSurvivesLostBuckets(t *testing.T) {
 	if out := logs.String(); !strings.Contains(out, "cannot follow the group's membership") ||
 		!strings.Contains(out, "group membership restored") {
 		t.Errorf("the log does not tell of the failure and the recovery:\n%s", out)
+	}
+	if f, r := hook.failed.Load(), hook.restored.Load(); f == 0 || r != f {
+		t.Errorf("HookMembership saw %d failures and %d recoveries, want as many of each, at least one", f, r)
 	}
 	if g := a.Snapshot().Topics[0].Groups[0]; g.MembershipErr != nil {
 		t.Errorf("MembershipErr %v after the recovery, want nil", g.MembershipErr)

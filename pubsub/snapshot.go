@@ -92,7 +92,8 @@ type GroupSnapshot struct {
 	// broker last knew, and its members may lose theirs to other brokers
 	// when their heartbeats expire. MembershipErrSince is when the
 	// failures began. The in-memory engine never sets them. The change is
-	// logged (a warning, then "restored" at Info).
+	// logged (a warning, then "restored" at Info) and raised to
+	// HookMembership.
 	MembershipErr      error
 	MembershipErrSince time.Time
 }
