@@ -59,6 +59,13 @@ const (
 	// EventUnstuck: a delivery reported by EventStuck has ended. As
 	// EventStuck, Delay being about how long it ran.
 	EventUnstuck
+	// EventMembership: an engine that keeps a group's membership on a
+	// server could not follow it (Err: a heartbeat or the reading of the
+	// members and their deal failed), or can again after such a failure
+	// (Err nil, Delay how long it could not). Group. Reported when that
+	// changes, not on every failure; GroupSnapshot.MembershipErr holds the
+	// latest.
+	EventMembership
 )
 
 // Event is one thing an engine reports to its Observer. Which fields are

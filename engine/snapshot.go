@@ -55,6 +55,14 @@ type GroupSnapshot struct {
 	// Stats.DeadLettersEvicted) was read; zero for an engine that holds
 	// them itself (they are current).
 	Observed time.Time
+	// MembershipErr is why this broker cannot follow the group's
+	// membership now, for an engine that keeps it on a server (see
+	// EventMembership): the latest failure of a heartbeat or of reading
+	// the members and their deal, nil once both succeed again, and always
+	// for an engine that keeps membership in process. MembershipErrSince
+	// is when the failures began.
+	MembershipErr      error
+	MembershipErrSince time.Time
 }
 
 // GroupPartitionSnapshot is a group's state on one partition.

@@ -137,3 +137,90 @@ func benchDeadLetterReads(b *testing.B, g *group, n int) {
 		}
 	})
 }
+
+// benchPublish publishes b.N records of 64 bytes to topic, one Publish
+// (one PubAck awaited) at a time or in PublishBatch calls of 64, and
+// reports msgs/s.
+func benchPublish(b *testing.B, topic *pubsub.Topic[string, []byte], batched bool) {
+	value := make([]byte, 64)
+	batch := make([]pubsub.Entry[string, []byte], 64)
+	for i := range batch {
+		batch[i] = pubsub.Entry[string, []byte]{Key: fmt.Sprint("k", i), Value: value}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	if batched {
+		for sent := 0; sent < b.N; sent += len(batch) {
+			if _, err := topic.PublishBatch(ctx, batch[:min(len(batch), b.N-sent)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	} else {
+		for i := range b.N {
+			if _, err := topic.Publish(ctx, batch[i%len(batch)].Key, value); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkSyncAlways publishes to a file-stored topic of one partition on
+// an embedded server of its own, with and without WithSyncAlways (an
+// fsync per write before the PubAck), one Publish at a time or in
+// batches of 64 (PublishBatch).
+//
+//	go test -run '^$' -bench SyncAlways -benchtime 2000x -count 6 .
+func BenchmarkSyncAlways(b *testing.B) {
+	for _, sync := range []bool{false, true} {
+		for _, publish := range []string{"one", "batch"} {
+			b.Run(fmt.Sprintf("sync=%v/publish=%s", sync, publish), func(b *testing.B) {
+				var opts []ServerOption
+				if sync {
+					opts = append(opts, WithSyncAlways())
+				}
+				srv, err := StartServer(b.TempDir(), opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(srv.Shutdown)
+				br := brokerOn(b, srv.Engine(WithPrefix("bench")))
+				topic, err := pubsub.NewTopic(br, "bench", codec.String(), codec.Bytes(),
+					pubsub.WithRetention(pubsub.Retention{MaxMessages: 1 << 20}))
+				if err != nil {
+					b.Fatal(err)
+				}
+				benchPublish(b, topic, publish == "batch")
+			})
+		}
+	}
+}
+
+// BenchmarkReplicas publishes to a file-stored topic of one partition on
+// a cluster of three servers (child processes on loopback, cluster_test.go)
+// with one replica or three, one Publish at a time or in batches of 64.
+// A publish to an R3 stream is acknowledged once two of the three servers
+// stored it.
+//
+//	go test -run '^$' -bench Replicas -benchtime 2000x -count 6 .
+func BenchmarkReplicas(b *testing.B) {
+	c := startCluster(b, 3)
+	for _, replicas := range []int{1, 3} {
+		for _, publish := range []string{"one", "batch"} {
+			b.Run(fmt.Sprintf("replicas=%d/publish=%s", replicas, publish), func(b *testing.B) {
+				eng, err := Connect(c.connect("bench"), WithPrefix(fmt.Sprintf("bench%d", prefixes.Add(1))), WithReplicas(replicas))
+				if err != nil {
+					b.Fatal(err)
+				}
+				br := brokerOn(b, eng)
+				topic, err := pubsub.NewTopic(br, "bench", codec.String(), codec.Bytes(),
+					pubsub.WithRetention(pubsub.Retention{MaxMessages: 1 << 20}))
+				if err != nil {
+					b.Fatal(err)
+				}
+				benchPublish(b, topic, publish == "batch")
+			})
+		}
+	}
+}

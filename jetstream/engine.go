@@ -80,18 +80,14 @@ func (o *opener) Open(ecfg engine.Config) (engine.Engine, error) {
 	e.js = js
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.requestTimeout)
 	defer cancel()
-	e.kv, err = js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{
-		Bucket: e.names.bucket(), TTL: cfg.memberTTL, Storage: natsjs.MemoryStorage, History: 1,
-	})
+	e.kv, err = e.createBucket(ctx, e.membersBucket())
 	if err != nil {
 		if e.nc != nil {
 			e.nc.Close()
 		}
 		return nil, e.ctxErr(ctx, fmt.Errorf("jetstream: membership bucket: %w", err))
 	}
-	e.deals, err = js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{
-		Bucket: e.names.bucket() + "_deals", Storage: natsjs.MemoryStorage, History: 1,
-	})
+	e.deals, err = e.createBucket(ctx, e.dealsBucket())
 	if err != nil {
 		if e.nc != nil {
 			e.nc.Close()
@@ -119,6 +115,9 @@ type eng struct {
 	js       natsjs.JetStream
 	kv       natsjs.KeyValue // membership: a key per member, with TTL
 	deals    natsjs.KeyValue // assignments: a key per group
+
+	bucketsMu      sync.Mutex // serialises ensureBuckets, guards bucketsChecked
+	bucketsChecked time.Time  // when ensureBuckets last asked the server
 
 	// handlerCtx is every handler's context; Close cancels it when it
 	// gives up on draining.

@@ -43,15 +43,17 @@ type group struct {
 
 	mu       sync.Mutex // guards the fields below; never held across a server request or user code
 	members  map[string]*member
-	assign   map[string][]int // the last assignment computed, of every live member
-	order    []string         // its members, in the order they joined
-	paused   bool             // Pause holds every slot
-	pausedOn bool             // and the server confirmed the pause: from then on a resume by another broker releases the holds
-	closed   bool             // shutdown began
-	loopStop chan struct{}    // nil until the first local member joins
-	loopDone chan struct{}
-	letters  map[string]error // dead letters this process made, by letter ID: their original errors
-	lettersQ []string         // their IDs, oldest first: at most the dead-letter limit are kept
+	assign   map[string][]int   // the last assignment computed, of every live member
+	order    []string           // its members, in the order they joined
+	paused   bool               // Pause holds every slot
+	pausedOn bool               // and the server confirmed the pause: from then on a resume by another broker releases the holds
+	closed   bool               // shutdown began
+	stopLoop context.CancelFunc // stops the loop and beat goroutines; nil until the first local member joins
+	loopDone chan struct{}      // closed when the loop has exited
+	beatDone chan struct{}      // closed when beat has exited
+	health   health             // of the membership, as the loop and beat see it
+	letters  map[string]error   // dead letters this process made, by letter ID: their original errors
+	lettersQ []string           // their IDs, oldest first: at most the dead-letter limit are kept
 
 	wake chan struct{} // buffered 1: the loop reconciles soon
 
@@ -187,6 +189,7 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 		g.spec = resolveSpec(e, *spec)
 	}
 	created := false
+	var fresh []leaderOf // the consumers this broker created, whose leaders it spreads
 	for p := range t.parts {
 		c, err := e.js.Consumer(ctx, e.names.stream(t.name, p), e.names.consumer(name, p))
 		if errors.Is(err, natsjs.ErrConsumerNotFound) && spec != nil {
@@ -200,6 +203,9 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 			}
 			c, err = e.js.CreateConsumer(ctx, e.names.stream(t.name, p), cfg)
 			created = err == nil
+			if created {
+				fresh = append(fresh, consumerLeader(e.names.stream(t.name, p), c))
+			}
 		}
 		if errors.Is(err, natsjs.ErrConsumerNotFound) {
 			return nil, fmt.Errorf("no group %q on topic %q: %w", name, t.name, engine.ErrSubscription)
@@ -219,8 +225,9 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 		g.consumers[p] = c
 		g.observeConsumer(p, c.CachedInfo())
 	}
+	e.spreadLeaders(ctx, fresh)
 	var err error
-	g.dlq, err = e.js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
+	g.dlq, err = e.createStream(ctx, natsjs.StreamConfig{
 		Name:      e.names.dlqStream(t.name, name),
 		Subjects:  []string{e.names.dlqSubject(t.name, name)},
 		Retention: natsjs.LimitsPolicy,
@@ -229,7 +236,7 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 		Storage:   t.streamConfig(0).Storage,
 		// Read by batches of direct gets (dlq.go).
 		AllowDirect: true,
-	})
+	}, true)
 	if err != nil {
 		return nil, e.ctxErr(ctx, fmt.Errorf("group %q: dead-letter stream: %w", name, err))
 	}
@@ -264,6 +271,18 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 	}
 	e.groups[groupKey{t.name, name}] = g
 	return g, nil
+}
+
+// consumerLeader is a consumer of stream just created, for spreadLeaders.
+func consumerLeader(stream string, c natsjs.Consumer) leaderOf {
+	return leaderOf{stepdown: "CONSUMER.LEADER.STEPDOWN." + stream + "." + c.CachedInfo().Name,
+		cluster: c.CachedInfo().Cluster, info: func(ctx context.Context) (*natsjs.ClusterInfo, error) {
+			info, err := c.Info(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return info.Cluster, nil
+		}}
 }
 
 func (g *group) consumerConfig(p int) natsjs.ConsumerConfig {

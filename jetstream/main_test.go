@@ -17,6 +17,9 @@ import (
 var testServer *Server
 
 func TestMain(m *testing.M) {
+	if cfg := os.Getenv(nodeEnv); cfg != "" { // a node of a test cluster (cluster_test.go)
+		os.Exit(runNode(cfg))
+	}
 	dir, err := os.MkdirTemp("", "logbus-jetstream-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

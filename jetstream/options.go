@@ -33,6 +33,7 @@ type config struct {
 	memberTTL      time.Duration
 	pollWait       time.Duration
 	requestTimeout time.Duration
+	replicas       int
 }
 
 // The defaults of the options.
@@ -46,7 +47,7 @@ const (
 
 func defaultConfig() config {
 	return config{prefix: DefaultPrefix, ackWait: DefaultAckWait, memberTTL: DefaultMemberTTL,
-		pollWait: DefaultPollWait, requestTimeout: DefaultRequestTimeout}
+		pollWait: DefaultPollWait, requestTimeout: DefaultRequestTimeout, replicas: 1}
 }
 
 // WithPrefix sets the namespace of every name the engine creates on the
@@ -57,7 +58,9 @@ func WithPrefix(p string) Option { return optionFunc(func(c *config) { c.prefix 
 
 // WithStorage sets where topics and dead letters are stored, overriding
 // FileStorage. Brokers that share a topic must use the same storage: a
-// topic that exists with the other one is ErrTopicExists.
+// topic that exists with the other one is ErrTopicExists. The membership
+// and assignment buckets are on file whatever it says, so that a group's
+// membership outlives a restart of its server.
 func WithStorage(s Storage) Option { return optionFunc(func(c *config) { c.storage = s }) }
 
 // WithAckWait sets how long the server waits for a delivery's outcome
@@ -94,6 +97,22 @@ func WithRequestTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.requestTimeout = d })
 }
 
+// WithReplicas sets how many servers of a cluster keep each stream,
+// consumer and KV bucket the engine creates (a topic's partitions, a
+// group's consumers, dead letters and redriven letters, the membership
+// and assignment buckets), overriding 1. It takes 1 to 5, as the server
+// does; anything else is ErrInvalid. The server refuses more replicas
+// than the cluster has JetStream servers (a single server takes only 1),
+// and the engine's error then says how many it asked for. What each count
+// costs and survives is in the package documentation (Replicas).
+//
+// It applies to what this engine creates: a stream, consumer or bucket
+// that exists already keeps its replica count (a broker attaches to it
+// whatever its own option says, so brokers with different settings do
+// not undo each other). Change an existing one with the server's tools
+// (nats stream edit --replicas).
+func WithReplicas(n int) Option { return optionFunc(func(c *config) { c.replicas = n }) }
+
 func (c config) validate() error {
 	switch {
 	case c.prefix == "":
@@ -108,6 +127,8 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: jetstream: MemberTTL %v is under 100ms", engine.ErrInvalid, c.memberTTL)
 	case c.pollWait < 10*time.Millisecond:
 		return fmt.Errorf("%w: jetstream: PollWait %v is under 10ms", engine.ErrInvalid, c.pollWait)
+	case c.replicas < 1 || c.replicas > 5:
+		return fmt.Errorf("%w: jetstream: %d replicas: the server keeps 1 to 5", engine.ErrInvalid, c.replicas)
 	case c.requestTimeout <= 0:
 		return fmt.Errorf("%w: jetstream: RequestTimeout %v", engine.ErrInvalid, c.requestTimeout)
 	}

@@ -163,7 +163,7 @@ func (g *group) stalled(ctx context.Context, info *natsjs.ConsumerInfo) string {
 	if info.Paused {
 		return "paused"
 	}
-	live, _, err := g.liveMembers(ctx)
+	live, err := g.liveMembers(ctx)
 	if err == nil && len(live) == 0 {
 		return "without consumers"
 	}
@@ -206,7 +206,7 @@ func (g *group) carriedOn(r *reading) bool {
 	var live []string
 	asked := false
 	if r.ask() {
-		l, _, err := g.liveMembers(r.ctx)
+		l, err := g.liveMembers(r.ctx)
 		if asked = r.got(err); asked {
 			live = l
 		}

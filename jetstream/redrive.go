@@ -48,12 +48,12 @@ func isRedriven(m record) bool {
 func (g *group) openRedrive(ctx context.Context) error {
 	e := g.e
 	var err error
-	g.rdq, err = e.js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
+	g.rdq, err = e.createStream(ctx, natsjs.StreamConfig{
 		Name:      e.names.redriveStream(g.t.name, g.name),
 		Subjects:  []string{e.names.redriveSubjects(g.t.name, g.name)},
 		Retention: natsjs.WorkQueuePolicy,
 		Storage:   g.t.streamConfig(0).Storage,
-	})
+	}, true)
 	if err != nil {
 		return err
 	}

@@ -67,6 +67,7 @@ func (g *group) snapshot(r *reading, parts []engine.PartitionStats) engine.Group
 	g.mu.Lock()
 	gs.Paused = g.paused
 	gs.Consumers = slices.Clone(g.order)
+	gs.MembershipErr, gs.MembershipErrSince = g.health.err(), g.health.since
 	for name, ps := range g.assign {
 		for _, p := range ps {
 			gs.Partitions[p].Owner = name

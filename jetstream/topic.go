@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -98,7 +99,7 @@ func (e *eng) CreateTopic(ctx context.Context, name string, spec engine.TopicSpe
 		streams: make([]natsjs.Stream, spec.Partitions), counts: make([]partCounts, spec.Partitions),
 		seen: make([]atomic.Pointer[streamSeen], spec.Partitions)}
 	for p := range spec.Partitions {
-		s, err := e.js.CreateStream(ctx, t.streamConfig(p))
+		s, err := e.createStream(ctx, t.streamConfig(p), false)
 		if err != nil {
 			if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
 				return nil, fmt.Errorf("topic %q exists on the server with another configuration: %w", name, engine.ErrTopicExists)
@@ -111,6 +112,22 @@ func (e *eng) CreateTopic(ctx context.Context, name string, spec engine.TopicSpe
 		if last, n := s.CachedInfo().State.LastSeq, spec.Retention.MaxMessages; n > 0 && last > uint64(n) {
 			t.counts[p].evicted.Store(int64(last) - int64(n))
 		}
+	}
+	if empty := !slices.ContainsFunc(t.streams, func(s natsjs.Stream) bool { return s.CachedInfo().State.LastSeq > 0 }); empty {
+		// A new topic (or one nothing was ever published to): its leaders
+		// are spread over the cluster before anything is published.
+		assets := make([]leaderOf, len(t.streams))
+		for p, s := range t.streams {
+			assets[p] = leaderOf{stepdown: "STREAM.LEADER.STEPDOWN." + s.CachedInfo().Config.Name,
+				cluster: s.CachedInfo().Cluster, info: func(ctx context.Context) (*natsjs.ClusterInfo, error) {
+					info, err := s.Info(ctx)
+					if err != nil {
+						return nil, err
+					}
+					return info.Cluster, nil
+				}}
+		}
+		e.spreadLeaders(ctx, assets)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -102,6 +102,7 @@ var (
 	_ pubsub.HookExpire                                                                         = hookSet{}
 	_ pubsub.HookSkip                                                                           = hookSet{}
 	_ pubsub.HookStuck                                                                          = hookSet{}
+	_ pubsub.HookMembership                                                                     = hookSet{}
 	_ pubsub.HookClose                                                                          = hookSet{}
 	_                                                                                           = []pubsub.Outcome{pubsub.OutcomeAcked, pubsub.OutcomeFailed, pubsub.OutcomeUndecodable, pubsub.OutcomeGivenBack}
 )
@@ -121,4 +122,5 @@ func (hookSet) OnDrop(pubsub.TrimEvent)                                         
 func (hookSet) OnExpire(pubsub.TrimEvent)                                                {}
 func (hookSet) OnSkip(pubsub.SkipEvent)                                                  {}
 func (hookSet) OnStuck(pubsub.StuckEvent)                                                {}
+func (hookSet) OnMembership(pubsub.MembershipEvent)                                      {}
 func (hookSet) OnClose(pubsub.CloseEvent)                                                {}

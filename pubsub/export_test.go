@@ -2,6 +2,7 @@ package pubsub
 
 import (
 	"context"
+	"github.com/logbus/logbus/internal/engine"
 	"reflect"
 	"sync"
 )
@@ -85,6 +86,16 @@ func (h *HookCalls) OnDrop(TrimEvent)             { h.called("OnDrop") }
 func (h *HookCalls) OnExpire(TrimEvent)           { h.called("OnExpire") }
 func (h *HookCalls) OnSkip(SkipEvent)             { h.called("OnSkip") }
 func (h *HookCalls) OnClose(CloseEvent)           { h.called("OnClose") }
+func (h *HookCalls) OnMembership(MembershipEvent) { h.called("OnMembership") }
+
+// RaiseMembership hands b's observer an EventMembership, as an engine
+// that keeps membership on a server raises it (the in-memory engine never
+// does): err is the failure, nil for a recovery.
+func RaiseMembership(b *Broker, topic, group string, err error) {
+	if b.obs != nil {
+		b.obs.Observe(&engine.Event{Kind: engine.EventMembership, Topic: topic, Group: group, Err: err})
+	}
+}
 
 func (h *HookCalls) OnBackpressure(e BackpressureEvent) {
 	h.called("OnBackpressure")

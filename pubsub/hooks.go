@@ -20,8 +20,9 @@ import (
 //     drops and expiries a publish causes), the partition's worker for
 //     delivery, retry, dead-letter and skip events (and expiries a read
 //     causes), the caller's for rebalance, close and new-broker events,
-//     the stuck-handler watchdog's for stuck events. A slow hook slows that goroutine: a delivery hook delays its
-//     whole partition. Keep hooks fast; hand slow work to a goroutine of
+//     the stuck-handler watchdog's for stuck events, the engine's own for
+//     membership events. A slow hook slows that goroutine: a delivery hook
+//     delays its whole partition. Keep hooks fast; hand slow work to a goroutine of
 //     your own.
 //   - Hooks are called outside every lock of the broker, so they may call
 //     the broker's read methods (Snapshot, Stats, Lag, Committed,
@@ -42,8 +43,9 @@ import (
 //
 // The events the typed layer sees (publish, delivery start and end, close)
 // are raised for every engine. The others (retry, dead letter, rebalance,
-// backpressure, drop, expiry, skip, stuck) come from inside the engine,
-// which raises them only if it can: the in-memory engine does.
+// backpressure, drop, expiry, skip, stuck, membership) come from inside
+// the engine, which raises them only if it can: the in-memory engine does,
+// except membership, which it keeps in process.
 type Hook any
 
 // HookNewBroker is called once by NewBroker, with the broker it built,
@@ -278,6 +280,26 @@ type StuckEvent struct {
 	Delivery DeliveryInfo
 	Running  time.Duration
 	Returned bool
+}
+
+// HookMembership is called when the broker can no longer follow a group's
+// membership (Err set: a heartbeat, or reading who is in the group and who
+// owns which partition, failed), and again when it can (Err nil). Only an
+// engine that keeps membership on a server raises it (the JetStream
+// engine), once per change, not on every failure; the in-memory engine
+// never does. GroupSnapshot.MembershipErr holds the latest failure
+// meanwhile.
+type HookMembership interface {
+	OnMembership(e MembershipEvent)
+}
+
+// MembershipEvent is a change in whether a broker can follow a group's
+// membership: Err is why it cannot, or nil once it can again, Lasted then
+// being how long it could not.
+type MembershipEvent struct {
+	Topic, Group string
+	Err          error
+	Lasted       time.Duration
 }
 
 // HookClose is called when the first Close returns, with how long it took

@@ -822,6 +822,10 @@ func TestOneScenarioRaisesEveryHook(t *testing.T) {
 		mustPublish(t, old, "k", "2")
 
 		pubsubtest.Drain(t, b)
+		// Membership: raised only by an engine that keeps it on a server
+		// (the JetStream engine's tests raise it for real), so as one would.
+		pubsub.RaiseMembership(b, "orders", "billing", errBoom)
+		pubsub.RaiseMembership(b, "orders", "billing", nil)
 		if err := b.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}

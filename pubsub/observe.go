@@ -43,6 +43,7 @@ type observer struct {
 	expire       []HookExpire
 	skip         []HookSkip
 	stuckHooks   []HookStuck
+	membership   []HookMembership
 	close        []HookClose
 	newBroker    []HookNewBroker
 
@@ -105,6 +106,7 @@ func (o *observer) slots() []hookSlot {
 		slot(&o.expire, byEngine),
 		slot(&o.skip, byEngine),
 		slot(&o.stuckHooks, byEngine),
+		slot(&o.membership, byEngine),
 		slot(&o.close, byBroker),
 	}
 }
@@ -510,6 +512,17 @@ func (o *observer) Observe(e *engine.Event) {
 		}
 		for _, h := range o.skip {
 			o.safely(h, "skip", func() { h.OnSkip(ev) })
+		}
+	case engine.EventMembership:
+		ev := MembershipEvent{Topic: e.Topic, Group: e.Group, Err: publicErr(e.Err), Lasted: e.Delay}
+		attrs := []slog.Attr{slog.String(attrTopic, e.Topic), slog.String(attrGroup, e.Group)}
+		if ev.Err != nil {
+			o.logAttrs(ctx, slog.LevelWarn, "logbus: cannot follow the group's membership", append(attrs, errAttr(ev.Err))...)
+		} else {
+			o.logAttrs(ctx, slog.LevelInfo, "logbus: group membership restored", append(attrs, slog.Duration("after", e.Delay))...)
+		}
+		for _, h := range o.membership {
+			o.safely(h, "membership", func() { h.OnMembership(ev) })
 		}
 	case engine.EventStuck, engine.EventUnstuck:
 		ev := StuckEvent{Delivery: eventDelivery(e), Running: e.Delay, Returned: e.Kind == engine.EventUnstuck}

@@ -84,6 +84,18 @@ type GroupSnapshot struct {
 	// so its lag) and dead-letter counts was read: Taken, unless a remote
 	// engine could not reach its server and serves the last it observed.
 	Observed time.Time
+	// MembershipErr is why this broker cannot follow the group's
+	// membership now, when its engine keeps membership on a server (the
+	// JetStream engine): the latest failure of a heartbeat, or of reading
+	// who is in the group and who owns what, nil once both succeed again.
+	// While it is set, the group's partitions stay with the owners the
+	// broker last knew, and its members may lose theirs to other brokers
+	// when their heartbeats expire. MembershipErrSince is when the
+	// failures began. The in-memory engine never sets them. The change is
+	// logged (a warning, then "restored" at Info) and raised to
+	// HookMembership.
+	MembershipErr      error
+	MembershipErrSince time.Time
 }
 
 // GroupPartitionSnapshot is a group's state on one partition.
@@ -157,7 +169,8 @@ func (b *Broker) topicSnapshot(taken time.Time, et engine.TopicSnapshot) TopicSn
 	for _, eg := range et.Groups {
 		gs := GroupSnapshot{Name: eg.Name, Paused: eg.Paused, Consumers: eg.Consumers, Stats: GroupStats(eg.Stats),
 			DeadLetters: eg.DeadLetters, Assignment: make(map[string][]int, len(eg.Consumers)),
-			Partitions: make([]GroupPartitionSnapshot, len(eg.Partitions)), Observed: observedOr(eg.Observed, taken)}
+			Partitions: make([]GroupPartitionSnapshot, len(eg.Partitions)), Observed: observedOr(eg.Observed, taken),
+			MembershipErr: eg.MembershipErr, MembershipErrSince: eg.MembershipErrSince}
 		for _, c := range eg.Consumers {
 			gs.Assignment[c] = []int{}
 		}

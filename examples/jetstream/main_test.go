@@ -70,3 +70,37 @@ func stable(out string) string {
 	}
 	return strings.Join(keep, "\n")
 }
+
+// TestClusterDemo runs the -cluster demo (three embedded servers, R3, one
+// stopped mid-run) and checks the claims its output makes.
+func TestClusterDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts NATS servers; skipped in -short mode")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	if err := runCluster(ctx, &out); err != nil {
+		t.Fatalf("%v\noutput:\n%s", err, out.String())
+	}
+	got := stable(out.String())
+	for _, want := range []string{
+		"servers n1, n2, n3; every stream, consumer and bucket the engine makes has 3 replicas",
+		"replica-a owns partitions [0 1], replica-b [2 3]",
+		"orders handled: 24, each once: true",
+		"publishing went on: all 24 orders of the second batch were acknowledged",
+		"consuming went on: all 48 orders of both batches handled: true",
+		"every record handled twice came again with a higher Attempt: true",
+		"every customer's orders were handled in order: true",
+		"replica-c joined: replica-a owns partitions [0 1], replica-b [2], replica-c [3]",
+		"all 56 orders handled: true; every record handled twice with a higher Attempt: true",
+		"is back and its replicas of the partitions caught up",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", out.String())
+	}
+}
