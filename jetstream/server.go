@@ -56,7 +56,7 @@ func StartServer(dir string, opts ...ServerOption) (*Server, error) {
 	}
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: jetstream: StartServer: a nil option", pubsub.ErrInvalid)
+			return nil, fmt.Errorf("%w: jetstream: StartServer: a nil option", engine.ErrInvalid)
 		}
 		o.applyServer(sopts)
 	}

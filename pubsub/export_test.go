@@ -2,9 +2,10 @@ package pubsub
 
 import (
 	"context"
-	"github.com/logbus/logbus/internal/engine"
 	"reflect"
 	"sync"
+
+	"github.com/logbus/logbus/engine"
 )
 
 // What the external tests (package pubsub_test) need of the package's
