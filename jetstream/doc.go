@@ -302,4 +302,14 @@
 // partitions, and of a new group's consumers, evenly over the servers
 // (with the server's leader stepdown), so that a topic's publishes and
 // pulls share the cluster and a lost server stalls a third of them.
+//
+// # Who may publish
+//
+// Permission to publish on a topic's subjects is enough to send its
+// consumers any bytes, bypassing the typed API's encoder. Decode such
+// topics with a codec whose work is bounded by the record (codec.JSON,
+// codec.String, codec.Bytes): with codec.Gob one forged record of about
+// 127 bytes can allocate hundreds of MiB, or keep a CPU busy for hours,
+// in every consumer. Restrict publish permissions with the server's
+// accounts and users where publishers are not all trusted.
 package jetstream
