@@ -154,20 +154,25 @@ var _ engine.Engine = (*eng)(nil)
 // Capabilities: GiveBack, Observed (Config.Observer hears retries, dead
 // letters, rebalances, backpressure, drops and skips, as this process
 // sees them: see the package documentation), StuckDetection (of this
-// process's deliveries: stuck.go) and Batches (batch.go). A
-// delivery given back before the consumer
-// received it (ErrNotDelivered) is kept by the partition's worker and
-// delivered next with the same Attempt, also to the next local owner; it
-// goes back to the server, still without counting (worker.go's giveBack),
-// when the broker closes or the partition leaves it. The server stamps records (no
-// InjectedClock) and names them by stream sequence (no CustomIDs). Block
-// frees committed records one at a time, as the in-memory engine does,
-// but waits by polling the server's ack floors, so a blocked publisher
-// gets room within a poll of the slowest group's commit, not at once, and
-// NewRecord reuses no buffers (no ExactBlock, no ReclaimOnCommit). The
+// process's deliveries: stuck.go), Batches (batch.go), Snapshots,
+// Redrive, Delete and DiscardDeadLetters. A delivery given back before
+// the consumer received it (ErrNotDelivered) is kept by the partition's
+// worker and delivered next with the same Attempt, also to the next local
+// owner; it goes back to the server, still without counting (worker.go's
+// giveBack), when the broker closes or the partition leaves it.
+// Retention is the server's: DropsOldest (discard-old), MaxAge (by the
+// server's clock) and MaxBytes (the server counts a record's subject and
+// headers too, so a partition holds less than RecordBytes allows). Block
+// frees committed records one at a time, as the in-memory engine does
+// (ReclaimOnCommit), but waits by polling the server's ack floors, so a
+// blocked publisher gets room within a poll of the slowest group's
+// commit, not at once (no ExactBlock). The server stamps records (no
+// InjectedClock) and names them by stream sequence (no CustomIDs). The
 // nats.go client cannot run in a synctest bubble (no VirtualTime).
 func (e *eng) Capabilities() engine.Capabilities {
-	return engine.GiveBack | engine.Observed | engine.StuckDetection | engine.Batches
+	return engine.GiveBack | engine.Observed | engine.StuckDetection | engine.Batches | engine.Snapshots |
+		engine.Redrive | engine.Delete | engine.DiscardDeadLetters | engine.DropsOldest | engine.MaxAge |
+		engine.MaxBytes | engine.ReclaimOnCommit
 }
 
 func (e *eng) State() engine.State {
