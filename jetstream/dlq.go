@@ -43,28 +43,10 @@ const (
 	hdrValueSize = "Lb-Value-Size"
 )
 
-// The kinds of error a dead letter records, so that one read back by
-// another process (or after a restart) still matches the right sentinel.
-const (
-	kindPermanent = "permanent"
-	kindPanic     = "panic"
-	kindDecode    = "decode"
-	kindFailed    = "failed"
-)
-
-func errorKind(err error) string {
-	var pe *engine.PanicError
-	var de *engine.DecodeError
-	switch {
-	case errors.As(err, &de):
-		return kindDecode
-	case errors.As(err, &pe):
-		return kindPanic
-	case errors.Is(err, engine.ErrPermanent):
-		return kindPermanent
-	}
-	return kindFailed
-}
+// A letter's hdrErrorKind is engine.DeadLetterKind of its error, so that
+// one read back by another process (or after a restart) still matches the
+// right sentinel. Letters stored before it was named there say "failed"
+// where it says engine.KindExhausted, and read back the same.
 
 // oneLine makes s fit in a header value.
 func oneLine(s string) string {
@@ -167,7 +149,7 @@ func (g *group) letterMsg(msg record, d *engine.Delivery, herr error, failedAt t
 	dl.Header.Set(hdrCreated, d.Record.Created.Format(time.RFC3339Nano))
 	dl.Header.Set(hdrAttempts, strconv.Itoa(d.Attempt))
 	dl.Header.Set(hdrError, cutText(oneLine(herr.Error()), MaxErrorText))
-	dl.Header.Set(hdrErrorKind, errorKind(herr))
+	dl.Header.Set(hdrErrorKind, engine.DeadLetterKind(herr))
 	dl.Header.Set(hdrFailedAt, failedAt.Format(time.RFC3339Nano))
 	switch shape {
 	case noValue:
@@ -413,12 +395,12 @@ func (g *group) letter(m *natsjs.RawStreamMsg) engine.DeadLetter {
 	if dl.Err == nil {
 		text := h.Get(hdrError)
 		switch h.Get(hdrErrorKind) {
-		case kindDecode:
+		case engine.KindDecode:
 			dl.Err = &engine.DecodeError{Topic: g.t.name, Partition: partition, Offset: offset, Err: errors.New(text)}
-		case kindPanic:
+		case engine.KindPanic:
 			dl.Err = &engine.PanicError{Value: strings.TrimPrefix(text, "handler panicked: ")}
 		default:
-			dl.Err = &storedError{text: text, permanent: h.Get(hdrErrorKind) == kindPermanent}
+			dl.Err = &storedError{text: text, permanent: h.Get(hdrErrorKind) == engine.KindPermanent}
 		}
 	}
 	return dl

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/engine"
+	"github.com/logbus/logbus/internal/kit"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -352,13 +353,13 @@ func (w *worker) settleRedriven(msg redrivenMsg, md *natsjs.MsgMetadata, d *engi
 		cancel()
 		g.e.committed()
 	}
-	switch {
-	case errors.Is(herr, engine.ErrAbandoned):
+	switch kit.Judge(herr, d.Attempt, g.spec.Retry.MaxAttempts) {
+	case kit.Abandoned, kit.NotDelivered:
 		_ = msg.Nak()
-	case herr == nil:
+	case kit.Ack:
 		g.delivered.Add(1) // before the ack, which Drain may see
 		ack()
-	case errors.Is(herr, engine.ErrPermanent) || d.Attempt >= g.spec.Retry.MaxAttempts:
+	case kit.DeadLetter:
 		// Its own letter ID: the redrive consumer's sequences are not the
 		// partition consumer's.
 		if !w.deadLetter(msg, d, herr, letterID(d, md)+"-r"+strconv.FormatUint(md.Sequence.Stream, 10)) {
@@ -391,15 +392,14 @@ func (w *worker) deliverLetter(msg redrivenMsg, revoked <-chan struct{}) (gaveBa
 		herr = w.callOne(d)
 	}
 	stopKeep()
+	verdict := kit.Judge(herr, d.Attempt, g.spec.Retry.MaxAttempts)
 	s.mu.Lock()
-	s.inFlight = false
-	s.retrying = herr != nil && !errors.Is(herr, engine.ErrNotDelivered) && !errors.Is(herr, engine.ErrAbandoned) &&
-		!errors.Is(herr, engine.ErrPermanent) && d.Attempt < g.spec.Retry.MaxAttempts
+	s.inFlight, s.retrying = false, verdict == kit.Retry
 	s.mu.Unlock()
 	if g.e.handlerCtx.Err() != nil {
 		return false // Close gave up on this delivery: it stays queued
 	}
-	if errors.Is(herr, engine.ErrNotDelivered) {
+	if verdict == kit.NotDelivered {
 		return true
 	}
 	w.settleRedriven(msg, md, d, herr)
@@ -414,7 +414,7 @@ func (w *worker) callOne(d *engine.Delivery) error {
 	}
 	b := &engine.Batch{Topic: d.Topic, Partition: d.Partition, Records: []*engine.Record{d.Record},
 		IDs: []string{d.ID}, Attempt: d.Attempt, Revoked: d.Revoked}
-	_, failed := outcomeOf(w.callBatch(b), 1)
+	_, failed := kit.Outcome(w.callBatch(b), 1)
 	return failed
 }
 

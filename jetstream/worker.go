@@ -2,15 +2,14 @@ package jetstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/logbus/logbus/engine"
+	"github.com/logbus/logbus/internal/kit"
 )
 
 // phase is what a partition's worker is doing.
@@ -532,15 +531,14 @@ func (w *worker) deliver(msg record, revoked <-chan struct{}) (gaveBack bool) {
 		herr = w.call(d)
 	}
 	stopKeep()
+	verdict := kit.Judge(herr, d.Attempt, g.spec.Retry.MaxAttempts)
 	w.s.mu.Lock()
-	w.s.inFlight = false
-	w.s.retrying = herr != nil && !errors.Is(herr, engine.ErrNotDelivered) && !errors.Is(herr, engine.ErrAbandoned) &&
-		!errors.Is(herr, engine.ErrPermanent) && d.Attempt < g.spec.Retry.MaxAttempts
+	w.s.inFlight, w.s.retrying = false, verdict == kit.Retry
 	w.s.mu.Unlock()
 	if g.e.handlerCtx.Err() != nil {
 		return false // Close gave up on this delivery: nothing is committed
 	}
-	if errors.Is(herr, engine.ErrNotDelivered) {
+	if verdict == kit.NotDelivered {
 		return true
 	}
 	w.settle(msg, d, herr)
@@ -576,14 +574,10 @@ func (w *worker) keepAlive(msgs ...record) (stop func()) {
 	}
 }
 
-// call runs the member's handler, turning a panic into a *PanicError.
-func (w *worker) call(d *engine.Delivery) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &engine.PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return w.m.h(w.g.e.handlerCtx, d)
+// call runs the member's handler (kit.Call: a panic becomes a
+// *PanicError).
+func (w *worker) call(d *engine.Delivery) error {
+	return kit.Call(w.g.e.handlerCtx, w.m.h, d)
 }
 
 // settle tells the server the outcome: an ack, a retry after the
@@ -594,11 +588,11 @@ func (w *worker) call(d *engine.Delivery) (err error) {
 // that could not be stored).
 func (w *worker) settle(msg record, d *engine.Delivery, herr error) (again bool) {
 	g := w.g
-	switch {
-	case errors.Is(herr, engine.ErrAbandoned): // received, then given back: it counts as an attempt
+	switch kit.Judge(herr, d.Attempt, g.spec.Retry.MaxAttempts) {
+	case kit.Abandoned, kit.NotDelivered: // given back (deliver keeps one never received): it counts as an attempt
 		_ = msg.Nak()
 		return true
-	case herr == nil:
+	case kit.Ack:
 		// Counted even when the ack fails: the handler succeeded, and an
 		// ack the server refused (its record gone by retention) or whose
 		// reply was lost may well have committed.
@@ -608,7 +602,7 @@ func (w *worker) settle(msg record, d *engine.Delivery, herr error) (again bool)
 		w.s.settled(d)
 		w.ackNext(msg, w.more)
 		g.e.committed()
-	case errors.Is(herr, engine.ErrPermanent) || d.Attempt >= g.spec.Retry.MaxAttempts:
+	case kit.DeadLetter:
 		md, _ := msg.Metadata()
 		if w.deadLetter(msg, d, herr, letterID(d, md)) {
 			return true
