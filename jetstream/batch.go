@@ -497,13 +497,20 @@ func (w *worker) noteStart(seq uint64, attempt int) {
 		g.skipped.Add(int64(seq - s.next))
 	}
 	s.next = seq
-	s.inFlight, s.retrying, s.attempt = true, false, attempt
-	s.starts, s.offset, s.consumer = s.starts+1, int64(seq)-1, w.m.name
+	s.beginLocked(int64(seq)-1, attempt, w.m.name)
 	s.mu.Unlock()
 	if obs := g.e.obs; obs != nil && skippedFrom != 0 {
 		obs.Observe(&engine.Event{Kind: engine.EventSkip, Topic: g.t.name, Group: g.name,
 			Partition: s.p, Offset: int64(skippedFrom) - 1, To: int64(seq) - 1})
 	}
+}
+
+// beginLocked records, for the snapshot and the stuck watchdog, that
+// consumer's delivery of the record at offset begins, on attempt. s.mu is
+// held.
+func (s *slot) beginLocked(offset int64, attempt int, consumer string) {
+	s.inFlight, s.retrying, s.attempt = true, false, attempt
+	s.starts, s.offset, s.consumer = s.starts+1, offset, consumer
 }
 
 // noteEnd records that the delivery ended, and whether its failed record

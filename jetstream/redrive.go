@@ -381,21 +381,9 @@ func (w *worker) deliverLetter(msg redrivenMsg, revoked <-chan struct{}) (gaveBa
 	}
 	d, derr := w.redelivery(msg, md, revoked)
 	s.mu.Lock()
-	s.inFlight, s.retrying, s.attempt = true, false, d.Attempt
-	s.starts, s.offset, s.consumer = s.starts+1, d.Record.Offset, w.m.name
+	s.beginLocked(d.Record.Offset, d.Attempt, w.m.name) // not the partition's position: no skip to count
 	s.mu.Unlock()
-	stopKeep := w.keepAlive(msg)
-	var herr error
-	if derr != nil {
-		herr = fmt.Errorf("%w: %v", engine.ErrPermanent, derr)
-	} else {
-		herr = w.callOne(d)
-	}
-	stopKeep()
-	verdict := kit.Judge(herr, d.Attempt, g.spec.Retry.MaxAttempts)
-	s.mu.Lock()
-	s.inFlight, s.retrying = false, verdict == kit.Retry
-	s.mu.Unlock()
+	verdict, herr := w.handle(msg, d, derr, w.callOne)
 	if g.e.handlerCtx.Err() != nil {
 		return false // Close gave up on this delivery: it stays queued
 	}

@@ -508,33 +508,8 @@ func (w *worker) deliver(msg record, revoked <-chan struct{}) (gaveBack bool) {
 	}
 	d := &engine.Delivery{Topic: g.t.name, Partition: w.s.p, ID: id, Record: rec,
 		Attempt: int(md.NumDelivered), Revoked: revoked}
-	w.s.mu.Lock()
-	var skippedFrom uint64
-	if w.s.next != 0 && seq > w.s.next {
-		skippedFrom = w.s.next
-		g.skipped.Add(int64(seq - w.s.next))
-	}
-	w.s.next = seq
-	w.s.inFlight, w.s.retrying, w.s.attempt = true, false, d.Attempt
-	w.s.starts, w.s.offset, w.s.consumer = w.s.starts+1, d.Record.Offset, w.m.name
-	w.s.mu.Unlock()
-	if obs := g.e.obs; obs != nil && skippedFrom != 0 {
-		obs.Observe(&engine.Event{Kind: engine.EventSkip, Topic: g.t.name, Group: g.name,
-			Partition: w.s.p, Offset: int64(skippedFrom) - 1, To: int64(seq) - 1})
-	}
-
-	stopKeep := w.keepAlive(msg)
-	var herr error
-	if derr != nil {
-		herr = fmt.Errorf("%w: %v", engine.ErrPermanent, derr)
-	} else {
-		herr = w.call(d)
-	}
-	stopKeep()
-	verdict := kit.Judge(herr, d.Attempt, g.spec.Retry.MaxAttempts)
-	w.s.mu.Lock()
-	w.s.inFlight, w.s.retrying = false, verdict == kit.Retry
-	w.s.mu.Unlock()
+	w.noteStart(seq, d.Attempt)
+	verdict, herr := w.handle(msg, d, derr, w.call)
 	if g.e.handlerCtx.Err() != nil {
 		return false // Close gave up on this delivery: nothing is committed
 	}
@@ -572,6 +547,24 @@ func (w *worker) keepAlive(msgs ...record) (stop func()) {
 		mu.Unlock()
 		t.Stop()
 	}
+}
+
+// handle runs call on d, keeping msg alive on the server meanwhile, or,
+// when its record could not be decoded (derr), fails it at once with an
+// error wrapping ErrPermanent; then it notes the delivery's end. It
+// returns what becomes of the record (kit.Judge) and the error.
+func (w *worker) handle(msg record, d *engine.Delivery, derr error, call func(*engine.Delivery) error) (kit.Verdict, error) {
+	stopKeep := w.keepAlive(msg)
+	var herr error
+	if derr != nil {
+		herr = fmt.Errorf("%w: %v", engine.ErrPermanent, derr)
+	} else {
+		herr = call(d)
+	}
+	stopKeep()
+	verdict := kit.Judge(herr, d.Attempt, w.g.spec.Retry.MaxAttempts)
+	w.noteEnd(verdict == kit.Retry)
+	return verdict, herr
 }
 
 // call runs the member's handler (kit.Call: a panic becomes a
