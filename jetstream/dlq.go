@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/logbus/logbus/engine"
+	"github.com/logbus/logbus/internal/kit"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -299,15 +300,7 @@ func (w *worker) waitToStore(msg record, d *engine.Delivery, delay time.Duration
 	}()
 	stopKeep := w.keepAlive(msg)
 	defer stopKeep()
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-w.stop:
-	case <-w.g.e.handlerCtx.Done():
-	}
-	return false
+	return kit.Wait(delay, w.stop, w.g.e.handlerCtx.Done())
 }
 
 // dropLetter gives up storing the dead letter of d's record, which the

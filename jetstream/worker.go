@@ -401,16 +401,7 @@ func (w *worker) ackNext(msg record, more bool) {
 }
 
 // pause waits d, or less when stopped; false when stopped.
-func (w *worker) pause(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-w.stop:
-		return false
-	}
-}
+func (w *worker) pause(d time.Duration) bool { return kit.Wait(d, w.stop, nil) }
 
 // await holds msg while the slot is held (a pause, a reposition), keeping
 // it alive on the server. It returns the delivery's Revoked channel and

@@ -323,15 +323,7 @@ func (w *worker) backoff(rec *Record, attempt int, err error) bool {
 		obs.Observe(&Event{Kind: engine.EventRetry, Topic: g.topic.name, Group: g.name, Consumer: w.m.name,
 			Partition: gp.index, Offset: rec.Offset, ID: w.recordID(rec), Record: rec, Attempt: attempt, Delay: delay, Err: err})
 	}
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-w.stop:
-	case <-g.broker.handlerCtx.Done():
-	}
-	return false
+	return kit.Wait(delay, w.stop, g.broker.handlerCtx.Done())
 }
 
 // callOne delivers rec alone, to whichever handler the member has: a

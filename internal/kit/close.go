@@ -64,3 +64,18 @@ func AwaitWorkers(ctx context.Context, wait func(context.Context) error, hurry f
 	_ = wait(grace)
 	return ctx.Err()
 }
+
+// Wait waits d and reports true, or false as soon as stop or abort is
+// closed (a nil channel never is): a worker's backoff, which its stop
+// signal and Close's giving up cut short.
+func Wait(d time.Duration, stop, abort <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-stop:
+	case <-abort:
+	}
+	return false
+}

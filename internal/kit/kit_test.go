@@ -280,3 +280,29 @@ func TestWatchdogReportsAStuckDeliveryOnceAndItsEnd(t *testing.T) {
 		}
 	})
 }
+
+// Wait waits out its delay unless stop or abort closes first.
+func TestWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		if !Wait(time.Second, nil, nil) || time.Since(start) != time.Second {
+			t.Errorf("Wait(1s) returned false or after %v", time.Since(start))
+		}
+		for name, chans := range map[string][2]chan struct{}{
+			"stop":  {make(chan struct{}), nil},
+			"abort": {nil, make(chan struct{})},
+		} {
+			start := time.Now()
+			time.AfterFunc(time.Millisecond, func() {
+				for _, ch := range chans {
+					if ch != nil {
+						close(ch)
+					}
+				}
+			})
+			if Wait(time.Hour, chans[0], chans[1]) || time.Since(start) != time.Millisecond {
+				t.Errorf("Wait(1h) with %s closed after 1ms: true, or returned after %v", name, time.Since(start))
+			}
+		}
+	})
+}
