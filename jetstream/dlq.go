@@ -625,17 +625,8 @@ func (g *group) LatestDeadLetters(ctx context.Context, n int) ([]engine.DeadLett
 // the group's count of them is kept on the server, in the deal bucket.
 // After Close began it fails with ErrClosed.
 func (g *group) DiscardDeadLetters(ctx context.Context, match func(*engine.DeadLetter) bool) (n int, err error) {
-	if err := g.e.refuse("discard dead letters"); err != nil {
+	if err := g.refuseWork("discard dead letters"); err != nil {
 		return 0, err
-	}
-	if err := g.refuseGone(); err != nil {
-		return 0, err
-	}
-	g.mu.Lock()
-	closed := g.closed
-	g.mu.Unlock()
-	if closed {
-		return 0, fmt.Errorf("discard dead letters: %w", engine.ErrClosed)
 	}
 	defer func() {
 		if n > 0 {

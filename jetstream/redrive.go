@@ -104,17 +104,8 @@ func (g *group) openRedrive(ctx context.Context) error {
 // deadline. match runs on the caller's goroutine, under no lock. After
 // Close began it fails with ErrClosed.
 func (g *group) Redrive(ctx context.Context, match func(*engine.DeadLetter) bool) (int, error) {
-	if err := g.e.refuse("redrive"); err != nil {
+	if err := g.refuseWork("redrive"); err != nil {
 		return 0, err
-	}
-	if err := g.refuseGone(); err != nil {
-		return 0, err
-	}
-	g.mu.Lock()
-	closed := g.closed
-	g.mu.Unlock()
-	if closed {
-		return 0, fmt.Errorf("redrive: %w", engine.ErrClosed)
 	}
 	e := g.e
 	n := 0
