@@ -23,11 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestQueueProperties runs the property suite (properties.RunProperties)
 // on the in-memory engine. RAPID_CHECKS=1000 runs it longer.
 func TestQueueProperties(t *testing.T) {
-	properties.RunProperties(t, conformance.Engine{
-		Name:         "in-memory",
-		NewBroker:    pubsubtest.NewBroker,
-		Capabilities: conformance.AllCapabilities(),
-	})
+	properties.RunProperties(t, conformance.Engine{Name: "in-memory", NewBroker: pubsubtest.NewBroker})
 }
 
 // Found by TestQueueProperties (-rapid.seed=18235624843494457775), shrunk

@@ -251,6 +251,30 @@ type GroupSpec struct {
 	Start           Start       // where the group begins in every partition; zero: Earliest
 }
 
+// Resolve checks c and fills its zero fields as the group will use them:
+// Retry, when zero, is retry (the broker's policy, already resolved), and
+// is resolved otherwise; DeadLetterLimit 0 is DefaultDeadLetterLimit (and
+// NoDeadLetters stays as it is). It is where a group's configuration is
+// validated; two specs that resolve Equal configure the same group.
+func (c GroupSpec) Resolve(retry RetryPolicy) (GroupSpec, error) {
+	if c.Retry == (RetryPolicy{}) {
+		c.Retry = retry
+	} else {
+		r, err := c.Retry.Resolve()
+		if err != nil {
+			return c, err
+		}
+		c.Retry = r
+	}
+	switch {
+	case c.DeadLetterLimit < 0 && c.DeadLetterLimit != NoDeadLetters:
+		return c, fmt.Errorf("%w: dead-letter limit %d is negative", ErrInvalid, c.DeadLetterLimit)
+	case c.DeadLetterLimit == 0:
+		c.DeadLetterLimit = DefaultDeadLetterLimit
+	}
+	return c, c.Start.Validate()
+}
+
 // Equal reports whether c and o configure a group the same way.
 func (c GroupSpec) Equal(o GroupSpec) bool {
 	return c.Retry == o.Retry && c.DeadLetterLimit == o.DeadLetterLimit && c.Start.Equal(o.Start)

@@ -55,3 +55,28 @@ func TestRetentionResolve(t *testing.T) {
 		}
 	}
 }
+
+func TestGroupSpecResolve(t *testing.T) {
+	broker := RetryPolicy{MaxAttempts: 5, BaseDelay: time.Millisecond, Multiplier: 2, MaxDelay: time.Second}
+	for name, tc := range map[string]struct{ spec, want GroupSpec }{
+		"zero":            {GroupSpec{}, GroupSpec{Retry: broker, DeadLetterLimit: DefaultDeadLetterLimit}},
+		"own retry":       {GroupSpec{Retry: RetryPolicy{MaxAttempts: 1}}, GroupSpec{Retry: RetryPolicy{1, DefaultBaseDelay, DefaultMultiplier, DefaultMaxDelay}, DeadLetterLimit: DefaultDeadLetterLimit}},
+		"no dead letters": {GroupSpec{DeadLetterLimit: NoDeadLetters}, GroupSpec{Retry: broker, DeadLetterLimit: NoDeadLetters}},
+		"latest":          {GroupSpec{DeadLetterLimit: 7, Start: Start{Kind: StartLatest}}, GroupSpec{Retry: broker, DeadLetterLimit: 7, Start: Start{Kind: StartLatest}}},
+	} {
+		got, err := tc.spec.Resolve(broker)
+		if err != nil || !got.Equal(tc.want) {
+			t.Errorf("%s: Resolve = %+v, %v; want %+v", name, got, err, tc.want)
+		}
+	}
+	for name, bad := range map[string]GroupSpec{
+		"negative attempts":     {Retry: RetryPolicy{MaxAttempts: -1}},
+		"negative limit":        {DeadLetterLimit: -2},
+		"negative offset":       {Start: Start{Kind: StartOffset, Offset: -1}},
+		"unknown kind of start": {Start: Start{Kind: 9}},
+	} {
+		if _, err := bad.Resolve(broker); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: got %v, want ErrInvalid", name, err)
+		}
+	}
+}

@@ -48,7 +48,9 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"iter"
+	"strings"
 	"time"
 )
 
@@ -168,7 +170,11 @@ type Delivery struct {
 // Close gives up on draining.
 type Handler func(ctx context.Context, d *Delivery) error
 
-// Capabilities is a set of Capability.
+// Capabilities is a set of the promises that only some engines keep: an
+// engine declares its own with Engine.Capabilities, the typed layer refuses
+// (ErrInvalid) an option that needs one the engine lacks, and the
+// conformance suite checks each one an engine declares. Each promise is
+// one bit, stated once, below.
 type Capabilities uint32
 
 // Has reports whether c has every capability of want.
@@ -186,8 +192,11 @@ const (
 	// ExactBlock: Block waits for the slowest group to commit, at most
 	// BlockTimeout per record, then fails with ErrBackpressure naming it.
 	ExactBlock
-	// ReclaimOnCommit: a full partition frees a record once every group
-	// has committed past it, and NewRecord hands out its buffers.
+	// ReclaimOnCommit: a full partition frees the records every group has
+	// committed past (PartitionStats.Reclaimed), so a producer waiting
+	// under Block gets room once the slowest group commits. (Whether
+	// NewRecord hands out a freed record's buffers is the engine's own
+	// affair: see Topic.NewRecord.)
 	ReclaimOnCommit
 	// GiveBack: a delivery given back with ErrNotDelivered counts no
 	// attempt.
@@ -202,7 +211,67 @@ const (
 	// Batches: the engine is a BatchSubscriber, and delivers a batch
 	// consumer's records in batches as BatchHandler says.
 	Batches
+	// DropsOldest: the engine honours Retention.OnFull = DropOldest,
+	// counting what it evicts in PartitionStats.Dropped.
+	DropsOldest
+	// MaxAge: the engine trims records older than Retention.MaxAge (by
+	// Config.Clock when it has InjectedClock).
+	MaxAge
+	// MaxBytes: the engine bounds the bytes a partition retains by
+	// Retention.MaxBytes, counting at least what RecordBytes counts (one
+	// that counts its own overhead too holds less). The typed layer
+	// refuses a record larger than the bound before it reaches the
+	// engine.
+	MaxBytes
+	// Snapshots: the engine is a Snapshotter.
+	Snapshots
+	// Redrive: the engine's groups are Redrivers.
+	Redrive
+	// Delete: the engine is a Deleter.
+	Delete
+	// DiscardDeadLetters: the engine's groups are DeadLetterDiscarders.
+	DiscardDeadLetters
+
+	endCapabilities // one past the last bit: a new bit goes above, with its name in capabilityNames
 )
+
+// AllCapabilities is every capability this version of the package defines
+// (a test holds it to the bits above).
+const AllCapabilities Capabilities = 1<<16 - 1
+
+// capabilityNames names each bit, by its position: the names String
+// gives, for skip messages and logs.
+var capabilityNames = [...]string{
+	"InjectedClock", "CustomIDs", "ExactBlock", "ReclaimOnCommit", "GiveBack", "VirtualTime", "Observed",
+	"StuckDetection", "Batches", "DropsOldest", "MaxAge", "MaxBytes", "Snapshots", "Redrive", "Delete",
+	"DiscardDeadLetters",
+}
+
+// String names the capabilities of c, joined by "|" in the order of their
+// bits ("VirtualTime|Batches"); "0" for none, and a bit no name is known
+// for as its hexadecimal value.
+func (c Capabilities) String() string {
+	if c == 0 {
+		return "0"
+	}
+	var b strings.Builder
+	for i := 0; c != 0; i++ {
+		bit := Capabilities(1) << i
+		if c&bit == 0 {
+			continue
+		}
+		c &^= bit
+		if b.Len() > 0 {
+			b.WriteByte('|')
+		}
+		if i < len(capabilityNames) {
+			b.WriteString(capabilityNames[i])
+		} else {
+			fmt.Fprintf(&b, "%#x", uint32(bit))
+		}
+	}
+	return b.String()
+}
 
 // RecordIDer is implemented by a Topic that can tell the ID of a record it
 // stored, for the typed layer's publish hooks (Delivery.ID is the same

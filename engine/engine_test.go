@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"fmt"
+	"math/bits"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -30,5 +33,37 @@ func TestRuns(t *testing.T) {
 			t.Fatal("Runs went on after the loop broke")
 		}
 		break
+	}
+}
+
+// Every capability has a name of its own, and String spells a set with
+// them: a bit added without a name fails here, not in a skip message.
+func TestEveryCapabilityHasAName(t *testing.T) {
+	seen := map[string]Capabilities{}
+	for bit := Capabilities(1); bit != 0 && bit <= AllCapabilities; bit <<= 1 {
+		name := bit.String()
+		if name == "" || strings.HasPrefix(name, "0x") || strings.Contains(name, "|") {
+			t.Errorf("capability %#x: String() = %q, want a name of its own", uint32(bit), name)
+		}
+		if other, dup := seen[name]; dup {
+			t.Errorf("capabilities %#x and %#x share the name %q", uint32(other), uint32(bit), name)
+		}
+		seen[name] = bit
+	}
+	if AllCapabilities != endCapabilities-1 {
+		t.Errorf("AllCapabilities is %v, want every bit up to the last, %v", AllCapabilities, endCapabilities-1)
+	}
+	if len(capabilityNames) != bits.OnesCount32(uint32(AllCapabilities)) {
+		t.Errorf("%d names for %d capabilities", len(capabilityNames), bits.OnesCount32(uint32(AllCapabilities)))
+	}
+	for c, want := range map[Capabilities]string{
+		0:                                 "0",
+		VirtualTime | InjectedClock:       "InjectedClock|VirtualTime",
+		DiscardDeadLetters:                "DiscardDeadLetters",
+		AllCapabilities + 1 | VirtualTime: fmt.Sprintf("VirtualTime|%#x", uint32(AllCapabilities+1)),
+	} {
+		if got := c.String(); got != want {
+			t.Errorf("Capabilities(%#x).String() = %q, want %q", uint32(c), got, want)
+		}
 	}
 }

@@ -72,6 +72,35 @@ func (e *DecodeError) Error() string {
 // Unwrap returns the codec's error and ErrPermanent.
 func (e *DecodeError) Unwrap() []error { return []error{e.Err, ErrPermanent} }
 
+// Why a record was dead-lettered, as DeadLetterKind tells it from the
+// letter's error: the words an engine stores with a letter and the typed
+// layer logs.
+const (
+	KindDecode    = "decode"    // the typed layer could not decode it: a *DecodeError
+	KindPanic     = "panic"     // the handler panicked: a *PanicError
+	KindPermanent = "permanent" // the handler's error wraps ErrPermanent
+	KindExhausted = "exhausted" // every attempt the retry policy allows failed
+)
+
+// DeadLetterKind says why a record whose last attempt failed with err was
+// dead-lettered: one of the Kind constants, checked in their order.
+func DeadLetterKind(err error) string {
+	switch {
+	case isType[*DecodeError](err):
+		return KindDecode
+	case isType[*PanicError](err):
+		return KindPanic
+	case errors.Is(err, ErrPermanent):
+		return KindPermanent
+	}
+	return KindExhausted
+}
+
+func isType[E error](err error) bool {
+	_, ok := errors.AsType[E](err)
+	return ok
+}
+
 // PanicError is what a handler's panic becomes: the worker recovers it, keeps
 // running, and counts the delivery as a failed attempt.
 type PanicError struct {

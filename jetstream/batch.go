@@ -26,12 +26,12 @@ package jetstream
 import (
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/logbus/logbus/engine"
+	"github.com/logbus/logbus/internal/kit"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
@@ -455,9 +455,9 @@ func (w *worker) deliverBatch(hs []held, revoked <-chan struct{}) (settled int, 
 		msgs[i] = h.msg
 	}
 	stopKeep := w.keepAlive(msgs...)
-	done, failed := outcomeOf(w.callBatch(b), len(hs))
+	done, failed := kit.Outcome(w.callBatch(b), len(hs))
 	stopKeep()
-	w.noteEnd(failed != nil && !errors.Is(failed, engine.ErrPermanent) && attempt < g.spec.Retry.MaxAttempts)
+	w.noteEnd(failed != nil && kit.Judge(failed, attempt, g.spec.Retry.MaxAttempts) == kit.Retry)
 	if g.e.handlerCtx.Err() != nil {
 		return 0, 0, 0, false // Close gave up on this batch: nothing is committed
 	}
@@ -497,13 +497,20 @@ func (w *worker) noteStart(seq uint64, attempt int) {
 		g.skipped.Add(int64(seq - s.next))
 	}
 	s.next = seq
-	s.inFlight, s.retrying, s.attempt = true, false, attempt
-	s.starts, s.offset, s.consumer = s.starts+1, int64(seq)-1, w.m.name
+	s.beginLocked(int64(seq)-1, attempt, w.m.name)
 	s.mu.Unlock()
 	if obs := g.e.obs; obs != nil && skippedFrom != 0 {
 		obs.Observe(&engine.Event{Kind: engine.EventSkip, Topic: g.t.name, Group: g.name,
 			Partition: s.p, Offset: int64(skippedFrom) - 1, To: int64(seq) - 1})
 	}
+}
+
+// beginLocked records, for the snapshot and the stuck watchdog, that
+// consumer's delivery of the record at offset begins, on attempt. s.mu is
+// held.
+func (s *slot) beginLocked(offset int64, attempt int, consumer string) {
+	s.inFlight, s.retrying, s.attempt = true, false, attempt
+	s.starts, s.offset, s.consumer = s.starts+1, offset, consumer
 }
 
 // noteEnd records that the delivery ended, and whether its failed record
@@ -514,32 +521,8 @@ func (w *worker) noteEnd(retrying bool) {
 	w.s.mu.Unlock()
 }
 
-// outcomeOf reads a batch handler's error for a batch of n records: how
-// many records from the first succeeded, and the error of the one after
-// them (nil when all did).
-func outcomeOf(err error, n int) (done int, failed error) {
-	if err == nil {
-		return n, nil
-	}
-	be, ok := err.(*engine.BatchError)
-	switch {
-	case !ok:
-		return 0, err
-	case be.Index < 0 || be.Index >= n:
-		return 0, fmt.Errorf("%w: a batch of %d records failed at index %d: %w", engine.ErrInvalid, n, be.Index, be)
-	case be.Err == nil:
-		return be.Index, be
-	}
-	return be.Index, be.Err
-}
-
-// callBatch runs the member's batch handler, turning a panic into a
-// *PanicError.
-func (w *worker) callBatch(b *engine.Batch) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &engine.PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return w.m.bh(w.g.e.handlerCtx, b)
+// callBatch runs the member's batch handler (kit.Call: a panic becomes a
+// *PanicError).
+func (w *worker) callBatch(b *engine.Batch) error {
+	return kit.Call(w.g.e.handlerCtx, w.m.bh, b)
 }

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/logbus/logbus/engine"
+	"github.com/logbus/logbus/internal/kit"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -43,28 +44,10 @@ const (
 	hdrValueSize = "Lb-Value-Size"
 )
 
-// The kinds of error a dead letter records, so that one read back by
-// another process (or after a restart) still matches the right sentinel.
-const (
-	kindPermanent = "permanent"
-	kindPanic     = "panic"
-	kindDecode    = "decode"
-	kindFailed    = "failed"
-)
-
-func errorKind(err error) string {
-	var pe *engine.PanicError
-	var de *engine.DecodeError
-	switch {
-	case errors.As(err, &de):
-		return kindDecode
-	case errors.As(err, &pe):
-		return kindPanic
-	case errors.Is(err, engine.ErrPermanent):
-		return kindPermanent
-	}
-	return kindFailed
-}
+// A letter's hdrErrorKind is engine.DeadLetterKind of its error, so that
+// one read back by another process (or after a restart) still matches the
+// right sentinel. Letters stored before it was named there say "failed"
+// where it says engine.KindExhausted, and read back the same.
 
 // oneLine makes s fit in a header value.
 func oneLine(s string) string {
@@ -167,7 +150,7 @@ func (g *group) letterMsg(msg record, d *engine.Delivery, herr error, failedAt t
 	dl.Header.Set(hdrCreated, d.Record.Created.Format(time.RFC3339Nano))
 	dl.Header.Set(hdrAttempts, strconv.Itoa(d.Attempt))
 	dl.Header.Set(hdrError, cutText(oneLine(herr.Error()), MaxErrorText))
-	dl.Header.Set(hdrErrorKind, errorKind(herr))
+	dl.Header.Set(hdrErrorKind, engine.DeadLetterKind(herr))
 	dl.Header.Set(hdrFailedAt, failedAt.Format(time.RFC3339Nano))
 	switch shape {
 	case noValue:
@@ -317,15 +300,7 @@ func (w *worker) waitToStore(msg record, d *engine.Delivery, delay time.Duration
 	}()
 	stopKeep := w.keepAlive(msg)
 	defer stopKeep()
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-w.stop:
-	case <-w.g.e.handlerCtx.Done():
-	}
-	return false
+	return kit.Wait(delay, w.stop, w.g.e.handlerCtx.Done())
 }
 
 // dropLetter gives up storing the dead letter of d's record, which the
@@ -413,12 +388,12 @@ func (g *group) letter(m *natsjs.RawStreamMsg) engine.DeadLetter {
 	if dl.Err == nil {
 		text := h.Get(hdrError)
 		switch h.Get(hdrErrorKind) {
-		case kindDecode:
+		case engine.KindDecode:
 			dl.Err = &engine.DecodeError{Topic: g.t.name, Partition: partition, Offset: offset, Err: errors.New(text)}
-		case kindPanic:
+		case engine.KindPanic:
 			dl.Err = &engine.PanicError{Value: strings.TrimPrefix(text, "handler panicked: ")}
 		default:
-			dl.Err = &storedError{text: text, permanent: h.Get(hdrErrorKind) == kindPermanent}
+			dl.Err = &storedError{text: text, permanent: h.Get(hdrErrorKind) == engine.KindPermanent}
 		}
 	}
 	return dl
@@ -650,17 +625,8 @@ func (g *group) LatestDeadLetters(ctx context.Context, n int) ([]engine.DeadLett
 // the group's count of them is kept on the server, in the deal bucket.
 // After Close began it fails with ErrClosed.
 func (g *group) DiscardDeadLetters(ctx context.Context, match func(*engine.DeadLetter) bool) (n int, err error) {
-	if err := g.e.refuse("discard dead letters"); err != nil {
+	if err := g.refuseWork("discard dead letters"); err != nil {
 		return 0, err
-	}
-	if err := g.refuseGone(); err != nil {
-		return 0, err
-	}
-	g.mu.Lock()
-	closed := g.closed
-	g.mu.Unlock()
-	if closed {
-		return 0, fmt.Errorf("discard dead letters: %w", engine.ErrClosed)
 	}
 	defer func() {
 		if n > 0 {

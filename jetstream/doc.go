@@ -235,12 +235,11 @@
 // better than a per-record one unless WithBatchWait lets batches form
 // (5ms: about 30 thousand against 26).
 //
-// Of the optional capabilities of the engine boundary it declares
-// GiveBack, Observed, StuckDetection and Batches, and it is a Snapshotter,
-// a Redriver, a Deleter and a Pinger: the server stamps records (no injected clock) and names
-// them (no custom IDs); Block polls the server's ack floors (not exact)
-// and reuses no buffers; the nats.go client cannot run in a synctest
-// bubble (no virtual time).
+// Broker.Capabilities says what it keeps of the promises only some
+// engines do: all but an injected clock and custom IDs (the server stamps
+// and names records), an exact Block (it polls the server's ack floors)
+// and virtual time (the nats.go client cannot run in a synctest bubble).
+// It is also a Pinger.
 //
 // The engine's events reach the hooks and the logger as this process sees
 // them: retries and dead letters of its own deliveries (a dead letter's

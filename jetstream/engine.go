@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/engine"
+	"github.com/logbus/logbus/internal/kit"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -96,8 +97,7 @@ func (o *opener) Open(ecfg engine.Config) (engine.Engine, error) {
 	}
 	e.watchConnection()
 	if ecfg.StuckAfter > 0 {
-		e.stuck = newWatchdog(e, ecfg.StuckAfter)
-		go e.stuck.run() // exits when Close halts it
+		e.stuck = kit.StartWatchdog(ecfg.StuckAfter, stuckProbe{e}, e.obs)
 	}
 	return e, nil
 }
@@ -107,11 +107,11 @@ type eng struct {
 	cfg      config
 	names    names
 	retry    engine.RetryPolicy
-	obs      engine.Observer // nil when nothing listens; called outside every lock
-	stuck    *watchdog       // nil unless Config.StuckAfter is set (stuck.go)
-	instance string          // this engine's random ID, the value of its membership keys
-	msgs     atomic.Uint64   // publishes made, for their message IDs (nextMsgID)
-	nc       *nats.Conn      // owned; nil when the connection is the caller's
+	obs      engine.Observer         // nil when nothing listens; called outside every lock
+	stuck    *kit.Watchdog[stuckKey] // nil unless Config.StuckAfter is set (stuck.go)
+	instance string                  // this engine's random ID, the value of its membership keys
+	msgs     atomic.Uint64           // publishes made, for their message IDs (nextMsgID)
+	nc       *nats.Conn              // owned; nil when the connection is the caller's
 	js       natsjs.JetStream
 	kv       natsjs.KeyValue // membership: a key per member, with TTL
 	deals    natsjs.KeyValue // assignments: a key per group
@@ -132,8 +132,7 @@ type eng struct {
 	retired map[*group]bool // deleted groups until their workers exited (lifecycle.go: vanish)
 	commits chan struct{}   // closed and replaced on every local commit, for Drain
 
-	closeOnce sync.Once
-	closeErr  error
+	closer kit.Closer // runs Close once
 	// The connection's status, followed by watchConnection: epoch ends
 	// when the connection is lost.
 	epoch      atomic.Pointer[connEpoch]
@@ -154,20 +153,25 @@ var _ engine.Engine = (*eng)(nil)
 // Capabilities: GiveBack, Observed (Config.Observer hears retries, dead
 // letters, rebalances, backpressure, drops and skips, as this process
 // sees them: see the package documentation), StuckDetection (of this
-// process's deliveries: stuck.go) and Batches (batch.go). A
-// delivery given back before the consumer
-// received it (ErrNotDelivered) is kept by the partition's worker and
-// delivered next with the same Attempt, also to the next local owner; it
-// goes back to the server, still without counting (worker.go's giveBack),
-// when the broker closes or the partition leaves it. The server stamps records (no
-// InjectedClock) and names them by stream sequence (no CustomIDs). Block
-// frees committed records one at a time, as the in-memory engine does,
-// but waits by polling the server's ack floors, so a blocked publisher
-// gets room within a poll of the slowest group's commit, not at once, and
-// NewRecord reuses no buffers (no ExactBlock, no ReclaimOnCommit). The
+// process's deliveries: stuck.go), Batches (batch.go), Snapshots,
+// Redrive, Delete and DiscardDeadLetters. A delivery given back before
+// the consumer received it (ErrNotDelivered) is kept by the partition's
+// worker and delivered next with the same Attempt, also to the next local
+// owner; it goes back to the server, still without counting (worker.go's
+// giveBack), when the broker closes or the partition leaves it.
+// Retention is the server's: DropsOldest (discard-old), MaxAge (by the
+// server's clock) and MaxBytes (the server counts a record's subject and
+// headers too, so a partition holds less than RecordBytes allows). Block
+// frees committed records one at a time, as the in-memory engine does
+// (ReclaimOnCommit), but waits by polling the server's ack floors, so a
+// blocked publisher gets room within a poll of the slowest group's
+// commit, not at once (no ExactBlock). The server stamps records (no
+// InjectedClock) and names them by stream sequence (no CustomIDs). The
 // nats.go client cannot run in a synctest bubble (no VirtualTime).
 func (e *eng) Capabilities() engine.Capabilities {
-	return engine.GiveBack | engine.Observed | engine.StuckDetection | engine.Batches
+	return engine.GiveBack | engine.Observed | engine.StuckDetection | engine.Batches | engine.Snapshots |
+		engine.Redrive | engine.Delete | engine.DiscardDeadLetters | engine.DropsOldest | engine.MaxAge |
+		engine.MaxBytes | engine.ReclaimOnCommit
 }
 
 func (e *eng) State() engine.State {
@@ -390,20 +394,17 @@ func settledTo(info *natsjs.ConsumerInfo, end uint64) bool {
 	return info.AckFloor.Stream >= end || info.Delivered.Stream >= end && info.NumAckPending == 0
 }
 
-// closeGrace is how long Close waits, after ctx ended and handlers were
-// cancelled, for them to return.
-const closeGrace = 10 * time.Millisecond
-
 // Close refuses new work, drains the groups that can make progress
 // (bounded by ctx: see drain), stops every worker, removes this broker's
 // consumers from their groups and closes the connection it owns. It
-// returns by the time ctx ends plus closeGrace, also when the server
+// returns by the time ctx ends plus kit.CloseGrace, also when the server
 // cannot be reached, and a *ShutdownError naming the partitions of this
 // broker's groups that no other broker carries on and that had not
-// committed everything (see close).
+// committed everything (see close). It runs once (kit.Closer): later and
+// concurrent calls wait for the first, bounded by their own ctx, and
+// return its result.
 func (e *eng) Close(ctx context.Context) error {
-	e.closeOnce.Do(func() { e.closeErr = e.close(ctx) })
-	return e.closeErr
+	return e.closer.Close(ctx, func() error { return e.close(ctx) })
 }
 
 func (e *eng) close(ctx context.Context) error {
@@ -418,7 +419,7 @@ func (e *eng) close(ctx context.Context) error {
 		stalled = drainErr
 	}
 	// Stop every worker: they finish their delivery in flight. When ctx
-	// ends first, handlers are cancelled and get closeGrace.
+	// ends first, handlers are cancelled and get kit.CloseGrace.
 	groups := e.localGroups()
 	var stopped []<-chan struct{}
 	for _, g := range groups {
@@ -429,37 +430,27 @@ func (e *eng) close(ctx context.Context) error {
 		stopped = append(stopped, g.shutdown())
 	}
 	e.mu.Unlock()
-	all := make(chan struct{})
-	go func() { // exits when every group's workers have exited
+	ctxErr := kit.AwaitWorkers(ctx, func(ctx context.Context) error {
 		for _, s := range stopped {
-			<-s
+			select {
+			case <-s:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
-		close(all)
-	}()
-	var ctxErr error
-	select {
-	case <-all:
-	case <-ctx.Done():
-		ctxErr = ctx.Err()
-		e.cancelHandlers()
-		t := time.NewTimer(closeGrace)
-		select {
-		case <-all:
-		case <-t.C:
-		}
-		t.Stop()
-	}
+		return nil
+	}, e.cancelHandlers)
 	e.cancelHandlers()
 	for _, g := range groups {
 		g.closePullers()
 	}
 	if e.stuck != nil {
-		e.stuck.halt()
+		e.stuck.Halt()
 	}
 
 	// What was left, and this broker's members out of their groups: asked
 	// of the server in a tail that ends with ctx (at most a second), or,
-	// once ctx ended, within closeGrace of its end. While the connection is
+	// once ctx ended, within kit.CloseGrace of its end. While the connection is
 	// down nothing more waits on the server, so Close keeps its bound:
 	// what was left is then as last observed (the drain polled it, and
 	// this broker's publishes count), and the members' keys are left to
@@ -470,9 +461,9 @@ func (e *eng) close(ctx context.Context) error {
 		end = dl
 	}
 	if ctx.Err() != nil {
-		end = time.Now().Add(closeGrace)
+		end = time.Now().Add(kit.CloseGrace)
 		if dl, ok := ctx.Deadline(); ok && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			end = dl.Add(closeGrace)
+			end = dl.Add(kit.CloseGrace)
 		}
 	}
 	if !e.connected() {

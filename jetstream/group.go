@@ -139,12 +139,15 @@ func (e *eng) subscribe(ctx context.Context, topic, group string, m *member, spe
 	if err := e.names.checkGroup(topic, group, consumer, t.parts); err != nil {
 		return nil, err
 	}
+	spec, err := spec.Resolve(e.retry)
+	if err != nil {
+		return nil, fmt.Errorf("group %q: %w", group, err)
+	}
 	if g == nil {
-		var err error
 		if g, err = e.openGroup(ctx, t, group, &spec); err != nil {
 			return nil, err
 		}
-	} else if !g.spec.Equal(resolveSpec(e, spec)) {
+	} else if !g.spec.Equal(spec) {
 		return nil, fmt.Errorf("group %q exists with other options: %w", group, engine.ErrSubscription)
 	}
 	if err := g.join(ctx, m); err != nil {
@@ -153,22 +156,10 @@ func (e *eng) subscribe(ctx context.Context, topic, group string, m *member, spe
 	return g, nil
 }
 
-// resolveSpec fills a group spec's zero fields as the group will use them.
-func resolveSpec(e *eng, spec engine.GroupSpec) engine.GroupSpec {
-	if spec.Retry == (engine.RetryPolicy{}) {
-		spec.Retry = e.retry
-	} else if r, err := spec.Retry.Resolve(); err == nil {
-		spec.Retry = r
-	}
-	if spec.DeadLetterLimit == 0 {
-		spec.DeadLetterLimit = engine.DefaultDeadLetterLimit
-	}
-	return spec
-}
-
 // openGroup finds the group's consumers on the server, creating them (and
-// its dead-letter stream) when spec is not nil, and registers the group
-// in the broker. A nil spec with no consumers is ErrSubscription.
+// its dead-letter stream) when spec, resolved, is not nil, and registers
+// the group in the broker. A nil spec with no consumers is
+// ErrSubscription.
 func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine.GroupSpec) (*group, error) {
 	g := &group{e: e, t: t, name: name, members: map[string]*member{}, letters: map[string]error{},
 		wake: make(chan struct{}, 1), consumers: make([]natsjs.Consumer, t.parts), slots: make([]*slot, t.parts),
@@ -177,16 +168,7 @@ func (e *eng) openGroup(ctx context.Context, t *topic, name string, spec *engine
 		g.slots[p] = newSlot(p)
 	}
 	if spec != nil {
-		if _, err := spec.Retry.Resolve(); err != nil {
-			return nil, fmt.Errorf("group %q: %w", name, err)
-		}
-		if spec.DeadLetterLimit < 0 && spec.DeadLetterLimit != engine.NoDeadLetters {
-			return nil, fmt.Errorf("%w: group %q: dead-letter limit %d", engine.ErrInvalid, name, spec.DeadLetterLimit)
-		}
-		if err := spec.Start.Validate(); err != nil {
-			return nil, fmt.Errorf("group %q: %w", name, err)
-		}
-		g.spec = resolveSpec(e, *spec)
+		g.spec = *spec
 	}
 	created := false
 	var fresh []leaderOf // the consumers this broker created, whose leaders it spreads

@@ -191,7 +191,11 @@ func TestGiveBackLeavesTheAttemptAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	tp := tt.(*topic)
-	g, err := e.openGroup(ctx, tp, "g", &engine.GroupSpec{})
+	spec, err := engine.GroupSpec{}.Resolve(e.retry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := e.openGroup(ctx, tp, "g", &spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -311,7 +311,7 @@ func fillDeadLetters(t testing.TB, g *group, n int) {
 		m.Header.Set(hdrOffset, strconv.Itoa(i))
 		m.Header.Set(hdrAttempts, "1")
 		m.Header.Set(hdrError, "failed "+strconv.Itoa(i))
-		m.Header.Set(hdrErrorKind, kindFailed)
+		m.Header.Set(hdrErrorKind, "failed") // as letters stored before engine.KindExhausted read
 		if _, err := g.e.js.PublishMsgAsync(m, natsjs.WithMsgID("fill-"+strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
 		}

@@ -361,6 +361,25 @@ func (t *topic) markDeleted() {
 	t.e.mu.Unlock()
 }
 
+// refuseWork is the error of a call, what, that gives the group work to
+// do: ErrClosed once Close began (the broker's or the group's), the
+// deletion's error once it was deleted, else nil.
+func (g *group) refuseWork(what string) error {
+	if err := g.e.refuse(what); err != nil {
+		return err
+	}
+	if err := g.refuseGone(); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	closed := g.closed
+	g.mu.Unlock()
+	if closed {
+		return fmt.Errorf("%s: %w", what, engine.ErrClosed)
+	}
+	return nil
+}
+
 // refuseGone is why the group's calls fail once it was deleted; nil
 // before.
 func (g *group) refuseGone() error {

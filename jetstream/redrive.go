@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/engine"
+	"github.com/logbus/logbus/internal/kit"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -103,17 +104,8 @@ func (g *group) openRedrive(ctx context.Context) error {
 // deadline. match runs on the caller's goroutine, under no lock. After
 // Close began it fails with ErrClosed.
 func (g *group) Redrive(ctx context.Context, match func(*engine.DeadLetter) bool) (int, error) {
-	if err := g.e.refuse("redrive"); err != nil {
+	if err := g.refuseWork("redrive"); err != nil {
 		return 0, err
-	}
-	if err := g.refuseGone(); err != nil {
-		return 0, err
-	}
-	g.mu.Lock()
-	closed := g.closed
-	g.mu.Unlock()
-	if closed {
-		return 0, fmt.Errorf("redrive: %w", engine.ErrClosed)
 	}
 	e := g.e
 	n := 0
@@ -352,13 +344,13 @@ func (w *worker) settleRedriven(msg redrivenMsg, md *natsjs.MsgMetadata, d *engi
 		cancel()
 		g.e.committed()
 	}
-	switch {
-	case errors.Is(herr, engine.ErrAbandoned):
+	switch kit.Judge(herr, d.Attempt, g.spec.Retry.MaxAttempts) {
+	case kit.Abandoned, kit.NotDelivered:
 		_ = msg.Nak()
-	case herr == nil:
+	case kit.Ack:
 		g.delivered.Add(1) // before the ack, which Drain may see
 		ack()
-	case errors.Is(herr, engine.ErrPermanent) || d.Attempt >= g.spec.Retry.MaxAttempts:
+	case kit.DeadLetter:
 		// Its own letter ID: the redrive consumer's sequences are not the
 		// partition consumer's.
 		if !w.deadLetter(msg, d, herr, letterID(d, md)+"-r"+strconv.FormatUint(md.Sequence.Stream, 10)) {
@@ -380,26 +372,13 @@ func (w *worker) deliverLetter(msg redrivenMsg, revoked <-chan struct{}) (gaveBa
 	}
 	d, derr := w.redelivery(msg, md, revoked)
 	s.mu.Lock()
-	s.inFlight, s.retrying, s.attempt = true, false, d.Attempt
-	s.starts, s.offset, s.consumer = s.starts+1, d.Record.Offset, w.m.name
+	s.beginLocked(d.Record.Offset, d.Attempt, w.m.name) // not the partition's position: no skip to count
 	s.mu.Unlock()
-	stopKeep := w.keepAlive(msg)
-	var herr error
-	if derr != nil {
-		herr = fmt.Errorf("%w: %v", engine.ErrPermanent, derr)
-	} else {
-		herr = w.callOne(d)
-	}
-	stopKeep()
-	s.mu.Lock()
-	s.inFlight = false
-	s.retrying = herr != nil && !errors.Is(herr, engine.ErrNotDelivered) && !errors.Is(herr, engine.ErrAbandoned) &&
-		!errors.Is(herr, engine.ErrPermanent) && d.Attempt < g.spec.Retry.MaxAttempts
-	s.mu.Unlock()
+	verdict, herr := w.handle(msg, d, derr, w.callOne)
 	if g.e.handlerCtx.Err() != nil {
 		return false // Close gave up on this delivery: it stays queued
 	}
-	if errors.Is(herr, engine.ErrNotDelivered) {
+	if verdict == kit.NotDelivered {
 		return true
 	}
 	w.settleRedriven(msg, md, d, herr)
@@ -414,7 +393,7 @@ func (w *worker) callOne(d *engine.Delivery) error {
 	}
 	b := &engine.Batch{Topic: d.Topic, Partition: d.Partition, Records: []*engine.Record{d.Record},
 		IDs: []string{d.ID}, Attempt: d.Attempt, Revoked: d.Revoked}
-	_, failed := outcomeOf(w.callBatch(b), 1)
+	_, failed := kit.Outcome(w.callBatch(b), 1)
 	return failed
 }
 

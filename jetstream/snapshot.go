@@ -82,7 +82,7 @@ func (g *group) snapshot(r *reading, parts []engine.PartitionStats) engine.Group
 		ps := &gs.Partitions[p]
 		ps.Partition = p
 		s.mu.Lock()
-		starts := s.starts
+		progress := s.progressLocked()
 		if running[p] {
 			ps.InFlight, ps.Retrying = s.inFlight, s.retrying
 			if ps.InFlight || ps.Retrying {
@@ -91,7 +91,7 @@ func (g *group) snapshot(r *reading, parts []engine.PartitionStats) engine.Group
 		}
 		s.mu.Unlock()
 		if ps.InFlight && g.e.stuck != nil {
-			ps.RunningFor = g.e.stuck.runningFor(s, starts)
+			ps.RunningFor = g.e.stuck.RunningFor(stuckKey{g, s}, progress)
 		}
 	}
 

@@ -2,15 +2,14 @@ package jetstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/logbus/logbus/engine"
+	"github.com/logbus/logbus/internal/kit"
 )
 
 // phase is what a partition's worker is doing.
@@ -402,16 +401,7 @@ func (w *worker) ackNext(msg record, more bool) {
 }
 
 // pause waits d, or less when stopped; false when stopped.
-func (w *worker) pause(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-w.stop:
-		return false
-	}
-}
+func (w *worker) pause(d time.Duration) bool { return kit.Wait(d, w.stop, nil) }
 
 // await holds msg while the slot is held (a pause, a reposition), keeping
 // it alive on the server. It returns the delivery's Revoked channel and
@@ -509,38 +499,12 @@ func (w *worker) deliver(msg record, revoked <-chan struct{}) (gaveBack bool) {
 	}
 	d := &engine.Delivery{Topic: g.t.name, Partition: w.s.p, ID: id, Record: rec,
 		Attempt: int(md.NumDelivered), Revoked: revoked}
-	w.s.mu.Lock()
-	var skippedFrom uint64
-	if w.s.next != 0 && seq > w.s.next {
-		skippedFrom = w.s.next
-		g.skipped.Add(int64(seq - w.s.next))
-	}
-	w.s.next = seq
-	w.s.inFlight, w.s.retrying, w.s.attempt = true, false, d.Attempt
-	w.s.starts, w.s.offset, w.s.consumer = w.s.starts+1, d.Record.Offset, w.m.name
-	w.s.mu.Unlock()
-	if obs := g.e.obs; obs != nil && skippedFrom != 0 {
-		obs.Observe(&engine.Event{Kind: engine.EventSkip, Topic: g.t.name, Group: g.name,
-			Partition: w.s.p, Offset: int64(skippedFrom) - 1, To: int64(seq) - 1})
-	}
-
-	stopKeep := w.keepAlive(msg)
-	var herr error
-	if derr != nil {
-		herr = fmt.Errorf("%w: %v", engine.ErrPermanent, derr)
-	} else {
-		herr = w.call(d)
-	}
-	stopKeep()
-	w.s.mu.Lock()
-	w.s.inFlight = false
-	w.s.retrying = herr != nil && !errors.Is(herr, engine.ErrNotDelivered) && !errors.Is(herr, engine.ErrAbandoned) &&
-		!errors.Is(herr, engine.ErrPermanent) && d.Attempt < g.spec.Retry.MaxAttempts
-	w.s.mu.Unlock()
+	w.noteStart(seq, d.Attempt)
+	verdict, herr := w.handle(msg, d, derr, w.call)
 	if g.e.handlerCtx.Err() != nil {
 		return false // Close gave up on this delivery: nothing is committed
 	}
-	if errors.Is(herr, engine.ErrNotDelivered) {
+	if verdict == kit.NotDelivered {
 		return true
 	}
 	w.settle(msg, d, herr)
@@ -576,14 +540,28 @@ func (w *worker) keepAlive(msgs ...record) (stop func()) {
 	}
 }
 
-// call runs the member's handler, turning a panic into a *PanicError.
-func (w *worker) call(d *engine.Delivery) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &engine.PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return w.m.h(w.g.e.handlerCtx, d)
+// handle runs call on d, keeping msg alive on the server meanwhile, or,
+// when its record could not be decoded (derr), fails it at once with an
+// error wrapping ErrPermanent; then it notes the delivery's end. It
+// returns what becomes of the record (kit.Judge) and the error.
+func (w *worker) handle(msg record, d *engine.Delivery, derr error, call func(*engine.Delivery) error) (kit.Verdict, error) {
+	stopKeep := w.keepAlive(msg)
+	var herr error
+	if derr != nil {
+		herr = fmt.Errorf("%w: %v", engine.ErrPermanent, derr)
+	} else {
+		herr = call(d)
+	}
+	stopKeep()
+	verdict := kit.Judge(herr, d.Attempt, w.g.spec.Retry.MaxAttempts)
+	w.noteEnd(verdict == kit.Retry)
+	return verdict, herr
+}
+
+// call runs the member's handler (kit.Call: a panic becomes a
+// *PanicError).
+func (w *worker) call(d *engine.Delivery) error {
+	return kit.Call(w.g.e.handlerCtx, w.m.h, d)
 }
 
 // settle tells the server the outcome: an ack, a retry after the
@@ -594,11 +572,11 @@ func (w *worker) call(d *engine.Delivery) (err error) {
 // that could not be stored).
 func (w *worker) settle(msg record, d *engine.Delivery, herr error) (again bool) {
 	g := w.g
-	switch {
-	case errors.Is(herr, engine.ErrAbandoned): // received, then given back: it counts as an attempt
+	switch kit.Judge(herr, d.Attempt, g.spec.Retry.MaxAttempts) {
+	case kit.Abandoned, kit.NotDelivered: // given back (deliver keeps one never received): it counts as an attempt
 		_ = msg.Nak()
 		return true
-	case herr == nil:
+	case kit.Ack:
 		// Counted even when the ack fails: the handler succeeded, and an
 		// ack the server refused (its record gone by retention) or whose
 		// reply was lost may well have committed.
@@ -608,7 +586,7 @@ func (w *worker) settle(msg record, d *engine.Delivery, herr error) (again bool)
 		w.s.settled(d)
 		w.ackNext(msg, w.more)
 		g.e.committed()
-	case errors.Is(herr, engine.ErrPermanent) || d.Attempt >= g.spec.Retry.MaxAttempts:
+	case kit.DeadLetter:
 		md, _ := msg.Metadata()
 		if w.deadLetter(msg, d, herr, letterID(d, md)) {
 			return true

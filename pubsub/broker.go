@@ -19,10 +19,11 @@ import (
 //
 // A broker must be closed with Close to stop its goroutines.
 type Broker struct {
-	eng engine.Engine
-	err error     // an invalid BrokerOption, reported by NewTopic
-	obs *observer // nil when nothing observes the broker: no hook, logger or stuck watch
-	reg registry  // the topics and groups made through it, for a Partial Snapshot
+	eng  engine.Engine
+	caps engine.Capabilities // the engine's, read once
+	err  error               // an invalid BrokerOption, reported by NewTopic
+	obs  *observer           // nil when nothing observes the broker: no hook, logger or stuck watch
+	reg  registry            // the topics and groups made through it, for a Partial Snapshot
 
 	closing  atomic.Bool // the first Close call took it: that one logs and raises HookClose
 	closeMu  sync.Mutex
@@ -161,7 +162,7 @@ func NewBroker(opts ...BrokerOption) *Broker {
 		}
 		obs, err = nil, fail(err, "new broker")
 	}
-	b := &Broker{eng: eng, err: err, obs: obs}
+	b := &Broker{eng: eng, caps: eng.Capabilities(), err: err, obs: obs}
 	if obs != nil {
 		for _, h := range obs.newBroker {
 			obs.safely(h, "new broker", func() { h.OnNewBroker(b) })
@@ -315,7 +316,7 @@ func (b *Broker) Group(group, topic string) (*Group[[]byte], error) {
 	if err != nil {
 		return nil, fail(err, "group %q on topic %q", group, topic)
 	}
-	return &Group[[]byte]{eng: g, values: codec.Bytes(), obs: b.obs, topic: topic, state: b.eng.State}, nil
+	return &Group[[]byte]{eng: g, values: codec.Bytes(), obs: b.obs, topic: topic, state: b.eng.State, caps: b.caps}, nil
 }
 
 // Replay moves the cursors of an existing group on every partition of topic
@@ -388,7 +389,7 @@ func (b *Broker) deleteGroup(ctx context.Context, group, topic string) error {
 	if b.eng.State() != engine.Running {
 		return ErrClosed
 	}
-	d, ok := b.eng.(engine.Deleter)
+	d, ok := ability[engine.Deleter](b.caps, engine.Delete, b.eng)
 	if !ok {
 		return fmt.Errorf("%w: the engine cannot delete groups", ErrInvalid)
 	}
@@ -432,7 +433,7 @@ func (b *Broker) deleteTopic(ctx context.Context, topic string) error {
 	if b.eng.State() != engine.Running {
 		return ErrClosed
 	}
-	d, ok := b.eng.(engine.Deleter)
+	d, ok := ability[engine.Deleter](b.caps, engine.Delete, b.eng)
 	if !ok {
 		return fmt.Errorf("%w: the engine cannot delete topics", ErrInvalid)
 	}

@@ -116,8 +116,8 @@ func (t *Topic[K, V]) SubscribeBatch(group, consumer string, h BatchHandler[V], 
 	if cfg.batchSize && cfg.batch.MaxSize < 1 {
 		cfg.invalid(fmt.Errorf("%w: WithBatchSize(%d): a batch holds at least one message", ErrInvalid, cfg.batch.MaxSize))
 	}
-	bs, ok := t.b.eng.(engine.BatchSubscriber)
-	if !ok || !t.b.eng.Capabilities().Has(engine.Batches) {
+	bs, ok := ability[engine.BatchSubscriber](t.b.caps, engine.Batches, t.b.eng)
+	if !ok {
 		return nil, fail(fmt.Errorf("%w: the engine cannot deliver batches", ErrInvalid), "subscribe consumer %q to group %q on topic %q", consumer, group, t.Name())
 	}
 	var handle func(context.Context, []Message[V]) error

@@ -60,3 +60,40 @@ func (c brokerConfig) open() (engine.Engine, error) {
 	}
 	return eng, err
 }
+
+// Capabilities returns the promises that only some engines keep and the
+// broker's engine does ([engine.Capabilities] says what each means). Every
+// engine keeps the rest of this package's documentation. What needs a
+// capability the engine lacks is refused with ErrInvalid, never silently
+// done otherwise: [WithClock] needs InjectedClock, [WithIDs] CustomIDs,
+// [WithStuckAfter] StuckDetection, [Topic.SubscribeBatch] Batches, a
+// [Retention] with OnFull DropOldest, MaxAge or MaxBytes needs DropsOldest,
+// MaxAge or MaxBytes, [Group.Redrive] Redrive, [Group.DiscardDeadLetters]
+// DiscardDeadLetters, and [Broker.DeleteGroup] and [Broker.DeleteTopic]
+// Delete; without Snapshots, [Broker.Snapshot] is Partial. The in-memory
+// engine ([InMemory]) has every capability. It does not block, and works
+// after Close.
+func (b *Broker) Capabilities() engine.Capabilities { return b.caps }
+
+// ability returns x as a T, the optional interface that goes with the
+// capability need, when the engine declares need and x implements T: an
+// engine that declares one without the other cannot do it. ok false is
+// the caller's ErrInvalid.
+func ability[T any](caps, need engine.Capabilities, x any) (t T, ok bool) {
+	t, ok = x.(T)
+	return t, ok && caps.Has(need)
+}
+
+// retentionNeeds is the capability each bounded retention needs, for
+// NewTopic to refuse one the engine lacks.
+func retentionNeeds(caps engine.Capabilities, r engine.Retention) error {
+	switch {
+	case r.OnFull == engine.DropOldest && !caps.Has(engine.DropsOldest):
+		return fmt.Errorf("%w: Retention.OnFull DropOldest: the engine cannot drop the oldest records", ErrInvalid)
+	case r.MaxAge > 0 && !caps.Has(engine.MaxAge):
+		return fmt.Errorf("%w: Retention.MaxAge: the engine cannot trim records by age", ErrInvalid)
+	case r.MaxBytes > 0 && !caps.Has(engine.MaxBytes):
+		return fmt.Errorf("%w: Retention.MaxBytes: the engine cannot bound the bytes it retains", ErrInvalid)
+	}
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -73,4 +74,47 @@ func TestWithEngineRunsTheTypedAPI(t *testing.T) {
 			t.Errorf("delivered %v, want 0..7 in order", got)
 		}
 	})
+}
+
+// Broker.Capabilities is what the engine declared; the in-memory engine
+// declares every one.
+func TestCapabilitiesAreTheEngines(t *testing.T) {
+	if got := pubsub.NewBroker().Capabilities(); got != engine.AllCapabilities {
+		t.Errorf("in memory: Capabilities() = %v, want %v", got, engine.AllCapabilities)
+	}
+	caps := engine.GiveBack | engine.MaxAge
+	b := pubsub.NewBroker(pubsub.WithEngine(lesser{caps}))
+	t.Cleanup(func() { _ = b.Close(context.Background()) })
+	if got := b.Capabilities(); got != caps {
+		t.Errorf("Capabilities() = %v, want the engine's %v", got, caps)
+	}
+}
+
+// A retention the engine cannot keep is ErrInvalid at NewTopic, naming
+// what it asked for; what the engine can keep is created.
+func TestRetentionAnEngineCannotKeepIsErrInvalid(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    pubsub.Retention
+		need engine.Capabilities
+	}{
+		{"OnFull DropOldest", pubsub.Retention{OnFull: pubsub.DropOldest}, engine.DropsOldest},
+		{"MaxAge", pubsub.Retention{MaxAge: time.Minute}, engine.MaxAge},
+		{"MaxBytes", pubsub.Retention{MaxBytes: 1 << 20}, engine.MaxBytes},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := pubsub.NewBroker(pubsub.WithEngine(lesser{engine.AllCapabilities &^ tc.need}))
+			t.Cleanup(func() { _ = b.Close(context.Background()) })
+			_, err := pubsub.NewTopic(b, "t", codec.String(), codec.String(), pubsub.WithRetention(tc.r))
+			wantErrIs(t, "NewTopic", err, pubsub.ErrInvalid)
+			if err == nil || !strings.Contains(err.Error(), tc.name) {
+				t.Errorf("NewTopic: %v, want it to name %s", err, tc.name)
+			}
+			b2 := pubsub.NewBroker(pubsub.WithEngine(lesser{tc.need}))
+			t.Cleanup(func() { _ = b2.Close(context.Background()) })
+			if _, err := pubsub.NewTopic(b2, "t", codec.String(), codec.String(), pubsub.WithRetention(tc.r)); err != nil {
+				t.Errorf("NewTopic on an engine with %v: %v", tc.need, err)
+			}
+		})
+	}
 }

@@ -263,7 +263,7 @@ func (t *Topic[K, V]) subscribe(group string, cfg subscribeConfig, join func(eng
 	defer t.mu.Unlock()
 	typed, ok := t.groups[group]
 	if !ok {
-		typed = &Group[V]{eng: g, values: t.values, obs: t.b.obs, topic: t.Name(), state: t.b.eng.State}
+		typed = &Group[V]{eng: g, values: t.values, obs: t.b.obs, topic: t.Name(), state: t.b.eng.State, caps: t.b.caps}
 		t.groups[group] = typed
 	}
 	return typed, nil
@@ -294,6 +294,7 @@ type Group[V any] struct {
 	obs    *observer // the broker's; nil when nothing observes it
 	topic  string
 	state  func() engine.State // the broker's lifecycle stage
+	caps   engine.Capabilities // the broker's engine's
 
 	mu sync.Mutex
 	// streams are the group's Streams that have not left, by consumer
@@ -506,15 +507,15 @@ func (g *Group[V]) Redrive(ctx context.Context, match func(DeadLetter[V]) bool) 
 	if ctx == nil {
 		return 0, fail(errNilContext, "redrive group %q on topic %q", g.Name(), g.topic)
 	}
-	n, err := redrive(ctx, g.eng, func(l *engine.DeadLetter) bool { return match(g.letter(l)) }, match == nil)
+	n, err := redrive(ctx, g.caps, g.eng, func(l *engine.DeadLetter) bool { return match(g.letter(l)) }, match == nil)
 	err = fail(err, "redrive group %q on topic %q", g.Name(), g.topic)
 	g.obs.operator("redrove dead letters", g.topic, g.Name(), err, slog.Int("count", n))
 	return n, err
 }
 
 // redrive asks g's engine to redrive what match accepts, or everything.
-func redrive(ctx context.Context, g engine.Group, match func(*engine.DeadLetter) bool, all bool) (int, error) {
-	r, ok := g.(engine.Redriver)
+func redrive(ctx context.Context, caps engine.Capabilities, g engine.Group, match func(*engine.DeadLetter) bool, all bool) (int, error) {
+	r, ok := ability[engine.Redriver](caps, engine.Redrive, g)
 	if !ok {
 		return 0, fmt.Errorf("%w: the engine cannot redrive dead letters", ErrInvalid)
 	}
@@ -553,7 +554,7 @@ func (g *Group[V]) discard(ctx context.Context, match func(DeadLetter[V]) bool) 
 	if g.state() != engine.Running {
 		return 0, ErrClosed
 	}
-	d, ok := g.eng.(engine.DeadLetterDiscarder)
+	d, ok := ability[engine.DeadLetterDiscarder](g.caps, engine.DiscardDeadLetters, g.eng)
 	if !ok {
 		return 0, fmt.Errorf("%w: the engine cannot discard dead letters", ErrInvalid)
 	}

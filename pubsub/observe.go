@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/engine"
+	"github.com/logbus/logbus/internal/kit"
 )
 
 // observer is what watches a broker: its hooks, sorted by kind once when
@@ -239,7 +240,7 @@ func (o *observer) wrapDelivery(group, consumer string, next engine.Handler) eng
 		// A logger alone: only a panic needs looking at, so the delivery
 		// is described only then.
 		return func(ctx context.Context, d *engine.Delivery) error {
-			err := callRecovering(ctx, d, next)
+			err := kit.Call(ctx, next, d) // a panic becomes the PanicError the engine would make, for the hooks
 			if pe, ok := err.(*engine.PanicError); ok {
 				o.logPanic(ctx, describe(d, group, consumer), pe)
 			}
@@ -259,7 +260,7 @@ func (o *observer) wrapDelivery(group, consumer string, next engine.Handler) eng
 		if o.timed {
 			start = time.Now()
 		}
-		err := callRecovering(ctx, d, next)
+		err := kit.Call(ctx, next, d) // a panic becomes the PanicError the engine would make, for the hooks
 		r := DeliveryResult{Err: publicErr(err)}
 		if o.timed {
 			r.Took = time.Since(start)
@@ -313,18 +314,12 @@ func (o *observer) wrapBatch(group, consumer string, next engine.BatchHandler) e
 		if o.timed {
 			start = time.Now()
 		}
-		err := callBatchRecovering(ctx, b, next)
+		err := kit.Call(ctx, next, b)
 		var took time.Duration
 		if o.timed {
 			took = time.Since(start)
 		}
-		done, failed := len(infos), error(nil)
-		if err != nil {
-			done, failed = 0, err
-			if be, ok := errors.AsType[*engine.BatchError](err); ok && be.Index >= 0 && be.Index < len(infos) {
-				done, failed = be.Index, be.Err
-			}
-		}
+		done, failed := kit.Outcome(err, len(infos)) // as the engine reads it
 		if pe, ok := failed.(*engine.PanicError); ok {
 			o.logPanic(ctx, infos[done], pe)
 		}
@@ -363,28 +358,6 @@ func (o *observer) logPanic(ctx context.Context, d DeliveryInfo, pe *engine.Pani
 			append(deliveryAttrs(&d), slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)),
 				slog.Int64("not_logged", left))...)
 	}
-}
-
-// callRecovering calls next, turning a panic into the *engine.PanicError
-// the engine would have made of it, so the hooks see the attempt's
-// outcome.
-func callRecovering(ctx context.Context, d *engine.Delivery, next engine.Handler) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &engine.PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return next(ctx, d)
-}
-
-// callBatchRecovering is callRecovering for a batch handler.
-func callBatchRecovering(ctx context.Context, b *engine.Batch, next engine.BatchHandler) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &engine.PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return next(ctx, b)
 }
 
 // publicErr turns the engine's error types into pubsub's.
@@ -458,7 +431,7 @@ func (o *observer) Observe(e *engine.Event) {
 		if o.enabled(slog.LevelWarn) {
 			if ok, left := o.warns.allow("dead letter", e.Topic, e.Group, e.Partition); ok {
 				o.logAttrs(ctx, slog.LevelWarn, "logbus: dead-lettered",
-					append(deliveryAttrs(&ev.Delivery), errAttr(ev.Err), slog.String("kind", deadLetterKind(ev.Err)),
+					append(deliveryAttrs(&ev.Delivery), errAttr(ev.Err), slog.String("kind", engine.DeadLetterKind(e.Err)),
 						slog.Bool("evicted_oldest", ev.Evicted), slog.Int64("not_logged", left))...)
 			}
 		}
@@ -558,23 +531,6 @@ func errAttr(err error) slog.Attr {
 		return slog.String("error", "")
 	}
 	return slog.String("error", err.Error())
-}
-
-// deadLetterKind says why a record was dead-lettered, for the log.
-func deadLetterKind(err error) string {
-	if _, ok := errors.AsType[*engine.DecodeError](err); ok {
-		return "decode"
-	}
-	if _, ok := errors.AsType[*DecodeError](err); ok {
-		return "decode"
-	}
-	if _, ok := errors.AsType[*PanicError](err); ok {
-		return "panic"
-	}
-	if errors.Is(err, ErrPermanent) {
-		return "permanent"
-	}
-	return "exhausted"
 }
 
 // limiter lets a Warn record through at most once per second per key, and

@@ -144,7 +144,7 @@ func (b *Broker) Snapshot() Snapshot {
 		panic(errNoBroker)
 	}
 	state := b.State()
-	s, ok := b.eng.(engine.Snapshotter)
+	s, ok := ability[engine.Snapshotter](b.caps, engine.Snapshots, b.eng)
 	if !ok {
 		return b.partialSnapshot(state)
 	}

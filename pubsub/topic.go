@@ -245,6 +245,9 @@ func NewTopic[K, V any](b *Broker, name string, keys codec.Codec[K], values code
 	if cfg.partitioner == nil {
 		cfg.partitioner = KeyHash()
 	}
+	if err := retentionNeeds(b.caps, cfg.Retention); err != nil {
+		return nil, fail(err, "new topic %q", name)
+	}
 	t, err := b.eng.CreateTopic(context.Background(), name, cfg.TopicSpec)
 	if err != nil {
 		return nil, fail(err, "new topic %q", name)

@@ -1,10 +1,9 @@
 package core
 
 import (
-	"errors"
-	"fmt"
-	"runtime/debug"
 	"time"
+
+	"github.com/logbus/logbus/internal/kit"
 )
 
 // This file is the worker's loop for a batch consumer (a member with a
@@ -139,7 +138,7 @@ func (w *worker) deliverBatches(recs []*Record) bool {
 		}
 		gp.retryOffset, gp.attempts = first, attempt
 		gp.setState(InFlight)
-		done, failed := outcomeOf(w.callBatch(batch, attempt), len(batch))
+		done, failed := kit.Outcome(w.callBatch(batch, attempt), len(batch))
 		if done > 0 {
 			// Shown before the commit, which may wake Drain.
 			gp.acks += uint64(done)
@@ -187,13 +186,13 @@ func (w *worker) deliverBatches(recs []*Record) bool {
 func (w *worker) settleFailed(rec *Record, err error) bool {
 	gp, g := w.gp, w.g
 	attempt := gp.attempts
-	switch {
-	case errors.Is(err, ErrNotDelivered):
+	switch v := kit.Judge(err, attempt, g.spec.Retry.MaxAttempts); {
+	case v == kit.NotDelivered:
 		gp.attempts = attempt - 1 // it never happened
 		return false
-	case errors.Is(err, ErrAbandoned), g.broker.handlerCtx.Err() != nil:
+	case v == kit.Abandoned, g.broker.handlerCtx.Err() != nil:
 		return false // no commit: the record is delivered again later
-	case errors.Is(err, ErrPermanent) || attempt >= g.retry.MaxAttempts:
+	case v == kit.DeadLetter:
 		w.park(rec, w.recordID(rec), attempt, err)
 		next := rec.Offset + 1
 		if !gp.cursor.Commit(next-1, next) {
@@ -205,34 +204,10 @@ func (w *worker) settleFailed(rec *Record, err error) bool {
 	return w.backoff(rec, attempt, err)
 }
 
-// outcomeOf reads a batch handler's error for a batch of n records: how
-// many records from the first succeeded, and the error of the one after
-// them (nil when all did).
-func outcomeOf(err error, n int) (done int, failed error) {
-	if err == nil {
-		return n, nil
-	}
-	be, ok := err.(*BatchError)
-	switch {
-	case !ok:
-		return 0, err
-	case be.Index < 0 || be.Index >= n:
-		return 0, fmt.Errorf("%w: a batch of %d records failed at index %d: %w", ErrInvalid, n, be.Index, be)
-	case be.Err == nil:
-		return be.Index, be
-	}
-	return be.Index, be.Err
-}
-
-// callBatch runs the batch handler on recs, turning a panic into a
-// *PanicError. The Batch it hands over is the worker's own, refilled per
+// callBatch runs the batch handler on recs (kit.Call: a panic becomes a
+// *PanicError). The Batch it hands over is the worker's own, refilled per
 // call: the handler may not keep it.
-func (w *worker) callBatch(recs []*Record, attempt int) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
+func (w *worker) callBatch(recs []*Record, attempt int) error {
 	b := &w.batch
 	b.Records, b.IDs, b.Attempt = recs, w.ids[:len(recs)], attempt
 	if ids := w.gp.part.ids; ids != nil {
@@ -242,5 +217,5 @@ func (w *worker) callBatch(recs []*Record, attempt int) (err error) {
 			b.IDs[i] = rec.ID
 		}
 	}
-	return w.m.batch(w.ctx, b)
+	return kit.Call(w.ctx, w.m.batch, b)
 }

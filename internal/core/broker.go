@@ -8,7 +8,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
+
+	"github.com/logbus/logbus/internal/kit"
 )
 
 // Broker is the registry of topics and groups, and owns their lifecycle.
@@ -26,8 +27,8 @@ type Broker struct {
 	idPrefix string       // the default IDs' per-broker prefix
 	topicSeq atomic.Int64 // numbers topics for the default IDs
 	offsets  *OffsetStore
-	stuck    *watchdog // nil unless Config.StuckAfter is set
-	obs      Observer  // nil when nothing observes; see observe.go
+	stuck    *kit.Watchdog[stuckKey] // nil unless Config.StuckAfter is set (stuck.go)
+	obs      Observer                // nil when nothing observes; see observe.go
 
 	// handlerCtx is every handler's context. It ends only when Close gives up
 	// on draining, to hurry the handlers still running.
@@ -36,12 +37,12 @@ type Broker struct {
 	state         atomic.Int32
 	progressWatch atomic.Int32 // Drain calls waiting; see notifyProgress
 
-	mu       sync.Mutex // guards the registries, closed and closeErr
-	topics   map[string]*Topic
-	groups   map[groupKey]*Group
-	retired  map[*Group]struct{} // deleted groups whose workers may still run: Close waits for them; see lifecycle.go
-	closed   chan struct{}       // made by the first Close, closed when it returns
-	closeErr error
+	closer kit.Closer // runs Close once
+
+	mu      sync.Mutex // guards the registries
+	topics  map[string]*Topic
+	groups  map[groupKey]*Group
+	retired map[*Group]struct{} // deleted groups whose workers may still run: Close waits for them; see lifecycle.go
 
 	progressMu sync.Mutex
 	progress   chan struct{} // closed and replaced when a group may have caught up
@@ -79,10 +80,9 @@ func NewBroker(cfg Config) (*Broker, error) {
 	}
 	b.handlerCtx, b.stopHandlers = context.WithCancel(context.Background())
 	if cfg.StuckAfter > 0 {
-		b.stuck = newWatchdog(b, cfg.StuckAfter)
-		// The watchdog samples the workers' progress until Close halts it,
-		// after the workers exited.
-		go b.stuck.run()
+		// It samples the workers' progress until Close halts it, after
+		// the workers exited.
+		b.stuck = kit.StartWatchdog(cfg.StuckAfter, stuckProbe{b}, b.obs)
 	}
 	return b, nil
 }
@@ -139,8 +139,8 @@ func (b *Broker) Topic(name string) (*Topic, error) {
 }
 
 // Subscribe adds consumer to group on topic, creating the group (with cfg)
-// on first use, and rebalances. Joining an existing group with a cfg other
-// than the group's is ErrSubscription. onLeave, when not nil, is called once
+// on first use, and rebalances. Joining an existing group with a cfg that
+// resolves (GroupSpec.Resolve) other than the group's is ErrSubscription. onLeave, when not nil, is called once
 // the consumer has left and its workers have stopped, by Leave or by Close.
 // Every argument is checked before anything changes. It does not block.
 func (b *Broker) Subscribe(topic, group, consumer string, h Handler, onLeave func(), cfg GroupSpec) (*Group, error) {
@@ -163,8 +163,8 @@ func (b *Broker) SubscribeBatch(topic, group, consumer string, h BatchHandler, o
 	return b.subscribe(topic, group, consumer, handlers{batch: h, spec: spec}, onLeave, cfg)
 }
 
-// subscribe checks the names, joins, and raises the rebalance outside b.mu
-// (an observer may read the broker).
+// subscribe checks the names and the spec, joins, and raises the
+// rebalance outside b.mu (an observer may read the broker).
 func (b *Broker) subscribe(topic, group, consumer string, h handlers, onLeave func(), cfg GroupSpec) (*Group, error) {
 	switch {
 	case group == "":
@@ -176,7 +176,11 @@ func (b *Broker) subscribe(topic, group, consumer string, h handlers, onLeave fu
 	if err != nil {
 		return nil, err
 	}
-	g, e, err := b.join(t, group, consumer, h, onLeave, cfg)
+	spec, err := cfg.Resolve(b.retry)
+	if err != nil {
+		return nil, err
+	}
+	g, e, err := b.join(t, group, consumer, h, onLeave, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -184,9 +188,9 @@ func (b *Broker) subscribe(topic, group, consumer string, h handlers, onLeave fu
 	return g, nil
 }
 
-// join is subscribe under b.mu; it returns the rebalance event to raise
-// once b.mu is released.
-func (b *Broker) join(t *Topic, group, consumer string, h handlers, onLeave func(), cfg GroupSpec) (*Group, *Event, error) {
+// join is subscribe under b.mu, with spec resolved; it returns the
+// rebalance event to raise once b.mu is released.
+func (b *Broker) join(t *Topic, group, consumer string, h handlers, onLeave func(), spec GroupSpec) (*Group, *Event, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.State() != Running {
@@ -198,12 +202,9 @@ func (b *Broker) join(t *Topic, group, consumer string, h handlers, onLeave func
 		// A new group takes its first consumer before it is registered, and
 		// under b.mu, so Close cannot begin in between: a Subscribe that
 		// fails leaves no group behind.
-		var err error
-		if g, err = newGroup(b, t, group, cfg); err != nil {
-			return nil, nil, err
-		}
+		g = newGroup(b, t, group, spec)
 	}
-	e, err := g.join(consumer, h, onLeave, cfg)
+	e, err := g.join(consumer, h, onLeave, spec)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -328,20 +329,14 @@ func (b *Broker) groupList() []*Group {
 	return groups
 }
 
-// closeGrace is how long Close waits, after its context ended and it
-// cancelled the handlers' context, for the handlers to return: long enough
-// for a handler that honours its context, short enough to be no more than
-// scheduling to the caller.
-const closeGrace = 10 * time.Millisecond
-
 // Close shuts the broker down gracefully:
 //
 //  1. it refuses new publishes, topics and subscriptions (ErrClosed), and
 //     producers blocked on a full partition fail with ErrClosed;
 //  2. it drains the groups that can make progress, bounded by ctx;
-//  3. it stops every worker and waits for it, bounded by ctx; when ctx
-//     ends first, it cancels the handlers' context and waits closeGrace
-//     more;
+//  3. it stops every worker and waits for it, bounded by ctx (see
+//     kit.AwaitWorkers: when ctx ends first, it cancels the handlers'
+//     context and waits kit.CloseGrace more);
 //  4. it seals every cursor, so a handler still running commits nothing
 //     after Close returns, and tells every consumer it left (a Stream's
 //     channel closes once its workers exited);
@@ -350,30 +345,22 @@ const closeGrace = 10 * time.Millisecond
 // It returns nil when every group committed everything, and a
 // *ShutdownError listing each (group, topic, partition) left behind
 // otherwise, which wraps ctx's error when ctx ended first, or else an error
-// wrapping ErrStalled naming the groups that could not move. Close is
-// idempotent and safe to call concurrently: later calls wait for the first
-// (bounded by their own ctx) and return its result.
+// wrapping ErrStalled naming the groups that could not move. Close runs
+// once (kit.Closer): later and concurrent calls wait for the first, bounded
+// by their own ctx, and return its result.
 func (b *Broker) Close(ctx context.Context) error {
+	return b.closer.Close(ctx, func() error { return b.close(ctx) })
+}
+
+// close is Close's sequence, run once.
+func (b *Broker) close(ctx context.Context) error {
 	b.mu.Lock()
-	first := b.closed == nil
-	if first {
-		b.closed = make(chan struct{})
-		b.state.Store(int32(Draining))
-	}
-	closed := b.closed
+	b.state.Store(int32(Draining))
 	topics := make([]*Topic, 0, len(b.topics))
 	for _, t := range b.topics {
 		topics = append(topics, t)
 	}
 	b.mu.Unlock()
-	if !first {
-		select {
-		case <-closed:
-			return b.closeErr
-		case <-ctx.Done():
-			return fmt.Errorf("close: waiting for another Close: %w", ctx.Err())
-		}
-	}
 
 	for _, t := range topics {
 		for _, p := range t.parts {
@@ -388,21 +375,14 @@ func (b *Broker) Close(ctx context.Context) error {
 	for _, g := range stopping {
 		g.shutdown()
 	}
-	for _, g := range stopping {
-		if g.waitStopped(ctx) != nil {
-			break
-		}
-	}
-	if ctx.Err() != nil {
-		b.stopHandlers()
-		grace, cancel := context.WithTimeout(context.Background(), closeGrace)
+	_ = kit.AwaitWorkers(ctx, func(ctx context.Context) error {
 		for _, g := range stopping {
-			if g.waitStopped(grace) != nil {
-				break
+			if err := g.waitStopped(ctx); err != nil {
+				return err
 			}
 		}
-		cancel()
-	}
+		return nil
+	}, b.stopHandlers)
 	b.stopHandlers()
 
 	var pending []Unfinished
@@ -434,13 +414,9 @@ func (b *Broker) Close(ctx context.Context) error {
 		b.defaultClock.stop() // after the workers: a dead letter is dated by it
 	}
 	if b.stuck != nil {
-		b.stuck.halt()
+		b.stuck.Halt()
 	}
-	b.mu.Lock()
-	b.closeErr = err
-	b.mu.Unlock()
 	b.state.Store(int32(Stopped))
-	close(closed)
 	b.notifyProgress()
 	return err
 }

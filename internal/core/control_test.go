@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/logbus/logbus/internal/kit"
 )
 
 // A control call whose context ends while handlers still run names the
@@ -131,7 +133,7 @@ func TestCloseGivesEveryGroupsHandlersTheGrace(t *testing.T) {
 				for i := range groups {
 					// Each takes a little longer than the one before to
 					// return once cancelled, all within the grace.
-					unwind := time.Duration(i+1) * closeGrace / (groups + 1)
+					unwind := time.Duration(i+1) * kit.CloseGrace / (groups + 1)
 					subscribe(t, b, "orders", fmt.Sprintf("g%d", i), "c", func(ctx context.Context, _ *Delivery) error {
 						<-ctx.Done()
 						time.Sleep(unwind)

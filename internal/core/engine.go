@@ -28,11 +28,9 @@ var (
 	_ engine.Group           = (*Group)(nil)
 )
 
-func (memEngine) Capabilities() engine.Capabilities {
-	return engine.InjectedClock | engine.CustomIDs | engine.ExactBlock | engine.ReclaimOnCommit |
-		engine.GiveBack | engine.VirtualTime | engine.Observed | engine.StuckDetection |
-		engine.Batches
-}
+// Capabilities is every one: the in-memory engine is the reference, and a
+// new capability is one it keeps.
+func (memEngine) Capabilities() engine.Capabilities { return engine.AllCapabilities }
 
 var _ engine.Snapshotter = memEngine{}
 

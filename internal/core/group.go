@@ -58,8 +58,7 @@ type Group struct {
 	name   string
 	topic  *Topic
 	broker *Broker
-	cfg    GroupSpec // as given at creation, to compare later joins with
-	retry  RetryPolicy
+	spec   GroupSpec // resolved (GroupSpec.Resolve), as later joins must resolve
 
 	mu      sync.Mutex // guards the fields below
 	members []*member  // in join order
@@ -171,41 +170,26 @@ func (gp *groupPartition) showAck() {
 	}
 }
 
-func newGroup(b *Broker, t *Topic, name string, cfg GroupSpec) (*Group, error) {
-	retry := b.retry
-	if cfg.Retry != (RetryPolicy{}) {
-		var err error
-		if retry, err = cfg.Retry.Resolve(); err != nil {
-			return nil, err
-		}
-	}
-	limit := cfg.DeadLetterLimit
-	switch {
-	case limit == engine.NoDeadLetters:
+// newGroup makes the group with spec, resolved.
+func newGroup(b *Broker, t *Topic, name string, spec GroupSpec) *Group {
+	limit := spec.DeadLetterLimit
+	if limit == engine.NoDeadLetters {
 		limit = 0 // every letter is evicted as it comes
-	case limit < 0:
-		return nil, fmt.Errorf("%w: dead-letter limit %d is negative", ErrInvalid, limit)
-	case limit == 0:
-		limit = DefaultDeadLetterLimit
-	}
-	if err := cfg.Start.Validate(); err != nil {
-		return nil, err
 	}
 	g := &Group{
 		name:   name,
 		topic:  t,
 		broker: b,
-		cfg:    cfg,
-		retry:  retry,
+		spec:   spec,
 		idle:   make(chan struct{}),
 		dlq:    deadLetters{limit: limit},
 	}
 	for _, p := range t.parts {
 		c := b.offsets.Cursor(OffsetKey{Group: name, Topic: t.name, Partition: p.index})
-		p.subscribe(c, name, cfg.Start)
+		p.subscribe(c, name, spec.Start)
 		g.parts = append(g.parts, &groupPartition{index: p.index, part: p, cursor: c, retryOffset: -1})
 	}
-	return g, nil
+	return g
 }
 
 // Name returns the group's name.
@@ -220,19 +204,19 @@ type handlers struct {
 }
 
 // join adds a member and rebalances. It does not wait: a partition that
-// moves to the new member finishes its current delivery first. cfg must
-// equal the group's own configuration (ErrSubscription otherwise); after
+// moves to the new member finishes its current delivery first. spec,
+// resolved, must equal the group's own (ErrSubscription otherwise); after
 // the broker began closing it fails with ErrClosed. It returns the
 // rebalance event (nil when there is none) rather than raising it, for a
 // caller that holds a lock to raise it after releasing it
 // (Broker.Subscribe holds the broker's).
-func (g *Group) join(name string, h handlers, onLeave func(), cfg GroupSpec) (*Event, error) {
+func (g *Group) join(name string, h handlers, onLeave func(), spec GroupSpec) (*Event, error) {
 	switch {
 	case name == "":
 		return nil, fmt.Errorf("%w: empty consumer name", ErrSubscription)
 	case h.one == nil && h.batch == nil:
 		return nil, fmt.Errorf("%w: nil handler", ErrSubscription)
-	case !cfg.Equal(g.cfg):
+	case !spec.Equal(g.spec):
 		return nil, fmt.Errorf("%w: the group exists with other options than these", ErrSubscription)
 	}
 	g.mu.Lock()

@@ -186,27 +186,27 @@ func TestDiscardDeadLettersStopsWhenCtxEnds(t *testing.T) {
 	})
 }
 
-// The stuck watchdog forgets a deleted group's partitions at its next
-// sample: groups made and deleted over and over leave nothing behind.
+// The stuck watchdog's probe yields no partition of a deleted group, so
+// the watchdog forgets them (kit's TestWatchdogReportsAStuckDeliveryOnceAndItsEnd):
+// groups made and deleted over and over leave nothing behind.
 func TestStuckWatchdogForgetsDeletedGroups(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, Config{StuckAfter: time.Second})
 		mustTopic(t, b, "t", TopicSpec{Partitions: 2})
 		subscribe(t, b, "t", "g", "c1", func(context.Context, *Delivery) error { return nil })
-		samples := func() int {
-			time.Sleep(b.stuck.period) // one sample more
-			synctest.Wait()
-			b.stuck.mu.Lock()
-			defer b.stuck.mu.Unlock()
-			return len(b.stuck.samples)
+		yielded := func() (n int) {
+			for range (stuckProbe{b}).Progress() {
+				n++
+			}
+			return n
 		}
-		if n := samples(); n != 2 {
+		if n := yielded(); n != 2 {
 			t.Fatalf("%d partitions sampled, want 2", n)
 		}
 		if err := b.DeleteGroup(context.Background(), "t", "g"); err != nil {
 			t.Fatal(err)
 		}
-		if n := samples(); n != 0 {
+		if n := yielded(); n != 0 {
 			t.Errorf("%d partitions sampled after DeleteGroup, want none", n)
 		}
 	})

@@ -2,9 +2,10 @@ package core
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
+
+	"github.com/logbus/logbus/internal/kit"
 )
 
 // redriveQueue holds the dead letters Redrive sent back to one (group,
@@ -180,7 +181,8 @@ func (w *worker) redeliver() bool {
 			gp.attempts = attempt
 			gp.setState(InFlight)
 			err := w.callOne(rec, attempt)
-			if err == nil {
+			v := kit.Judge(err, attempt, g.spec.Retry.MaxAttempts)
+			if v == kit.Ack {
 				gp.acks++
 				gp.attempts = 0
 				gp.setState(Acked) // shown before the letter leaves the queue, which Drain watches
@@ -192,15 +194,15 @@ func (w *worker) redeliver() bool {
 				}
 				break
 			}
-			if errors.Is(err, ErrNotDelivered) {
+			if v == kit.NotDelivered {
 				return false // it never happened: the head keeps its attempts
 			}
 			it.attempts = attempt
 			gp.redrive.tried(attempt)
-			if errors.Is(err, ErrAbandoned) || hardStop.Err() != nil {
+			if v == kit.Abandoned || hardStop.Err() != nil {
 				return false
 			}
-			if errors.Is(err, ErrPermanent) || attempt >= g.retry.MaxAttempts {
+			if v == kit.DeadLetter {
 				w.park(rec, it.letter.ID, attempt, err)
 				gp.redrive.done()
 				break

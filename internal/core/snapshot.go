@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/engine"
+	"github.com/logbus/logbus/internal/kit"
 )
 
 // Snapshot copies the state of every topic and group (see
@@ -41,7 +42,7 @@ func (b *Broker) Snapshot() engine.Snapshot {
 
 // snapshot copies the group's state. stuck, when not nil, knows how long
 // the deliveries in flight have run.
-func (g *Group) snapshot(stuck *watchdog) engine.GroupSnapshot {
+func (g *Group) snapshot(stuck *kit.Watchdog[stuckKey]) engine.GroupSnapshot {
 	gs := engine.GroupSnapshot{Name: g.name, Stats: g.Stats(), Partitions: make([]engine.GroupPartitionSnapshot, len(g.parts))}
 	gs.DeadLetters, _ = g.dlq.counts()
 	g.mu.Lock()
@@ -58,7 +59,8 @@ func (g *Group) snapshot(stuck *watchdog) engine.GroupSnapshot {
 	for i, gp := range g.parts {
 		ps := &gs.Partitions[i]
 		ps.Partition = gp.index
-		state, attempt, _ := unpackProgress(gp.progress.Load())
+		word := gp.progress.Load()
+		state, attempt, _ := unpackProgress(word)
 		ps.InFlight, ps.Retrying = state == InFlight, state == RetryScheduled
 		if ps.InFlight || ps.Retrying {
 			ps.Attempt = attempt
@@ -67,7 +69,7 @@ func (g *Group) snapshot(stuck *watchdog) engine.GroupSnapshot {
 		ps.Lag, ps.Oldest = gp.part.lagFrom(ps.Committed)
 		ps.Redriving = gp.redriving()
 		if stuck != nil && ps.InFlight {
-			ps.RunningFor = stuck.runningFor(gp)
+			ps.RunningFor = stuck.RunningFor(stuckKey{g, gp}, progressOf(word))
 		}
 	}
 	return gs

@@ -3,12 +3,11 @@ package core
 import (
 	"bytes"
 	"context"
-	"errors"
-	"runtime/debug"
 	"sync/atomic"
 	"time"
 
 	"github.com/logbus/logbus/engine"
+	"github.com/logbus/logbus/internal/kit"
 )
 
 // readBatch is how many records a worker takes from its partition per read.
@@ -248,16 +247,16 @@ func (w *worker) deliver(rec *Record) outcome {
 		gp.retryOffset, gp.attempts = rec.Offset, attempt
 		gp.setState(InFlight)
 		err := w.call(rec, attempt)
-		switch {
-		case err == nil:
+		switch v := kit.Judge(err, attempt, g.spec.Retry.MaxAttempts); {
+		case v == kit.Ack:
 			gp.retryOffset, gp.attempts = -1, 0
 			return acked
-		case errors.Is(err, ErrNotDelivered):
+		case v == kit.NotDelivered:
 			gp.attempts = attempt - 1 // it never happened
 			return interrupted
-		case errors.Is(err, ErrAbandoned), hardStop.Err() != nil:
+		case v == kit.Abandoned, hardStop.Err() != nil:
 			return interrupted
-		case errors.Is(err, ErrPermanent) || attempt >= g.retry.MaxAttempts:
+		case v == kit.DeadLetter:
 			w.park(rec, w.delivery.ID, attempt, err)
 			return parked
 		}
@@ -268,15 +267,10 @@ func (w *worker) deliver(rec *Record) outcome {
 	}
 }
 
-// call runs the handler, turning a panic into a *PanicError. The delivery
-// it hands over is the worker's own, refilled per call: the handler may not
-// keep it.
-func (w *worker) call(rec *Record, attempt int) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
+// call runs the handler (kit.Call: a panic becomes a *PanicError). The
+// delivery it hands over is the worker's own, refilled per call: the
+// handler may not keep it.
+func (w *worker) call(rec *Record, attempt int) error {
 	d := &w.delivery
 	d.Record, d.Attempt = rec, attempt
 	switch {
@@ -285,7 +279,7 @@ func (w *worker) call(rec *Record, attempt int) (err error) {
 	case w.gp.part.ids != nil:
 		d.ID = w.gp.part.ids.id(rec.Offset)
 	}
-	return w.m.handler(w.ctx, d)
+	return kit.Call(w.ctx, w.m.handler, d)
 }
 
 // park puts rec, named id, in the group's dead letters after attempt
@@ -324,20 +318,12 @@ func (w *worker) backoff(rec *Record, attempt int, err error) bool {
 	gp, g := w.gp, w.g
 	g.retried.Add(1)
 	gp.setState(RetryScheduled)
-	delay := g.retry.Delay(attempt)
+	delay := g.spec.Retry.Delay(attempt)
 	if obs := g.broker.obs; obs != nil {
 		obs.Observe(&Event{Kind: engine.EventRetry, Topic: g.topic.name, Group: g.name, Consumer: w.m.name,
 			Partition: gp.index, Offset: rec.Offset, ID: w.recordID(rec), Record: rec, Attempt: attempt, Delay: delay, Err: err})
 	}
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-w.stop:
-	case <-g.broker.handlerCtx.Done():
-	}
-	return false
+	return kit.Wait(delay, w.stop, g.broker.handlerCtx.Done())
 }
 
 // callOne delivers rec alone, to whichever handler the member has: a
@@ -348,7 +334,7 @@ func (w *worker) callOne(rec *Record, attempt int) error {
 	}
 	w.one[0] = rec
 	defer clear(w.one[:])
-	_, err := outcomeOf(w.callBatch(w.one[:], attempt), 1)
+	_, err := kit.Outcome(w.callBatch(w.one[:], attempt), 1)
 	return err
 }
 

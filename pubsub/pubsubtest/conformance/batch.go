@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/logbus/logbus/engine"
 	"github.com/logbus/logbus/pubsub"
 )
 
@@ -76,7 +77,7 @@ func seqStrings(n int) []string {
 }
 
 func batchCases() []confCase {
-	batches := []Capability{Batches}
+	batches := engine.Batches
 	return []confCase{
 		{name: "a batch consumer gets a partition's records once each, in offset order, at most WithBatchSize per call, what is there at once", needs: batches, run: func(c *conf) {
 			b := c.broker()
@@ -514,7 +515,7 @@ func batchCases() []confCase {
 				c.Errorf("delivered by Close's return: got %d values, want each of %d once", len(got), len(want))
 			}
 		}},
-		{name: "WithBatchWait gathers what is published within the wait into one batch", needs: []Capability{Batches, Synctest}, run: func(c *conf) {
+		{name: "WithBatchWait gathers what is published within the wait into one batch", needs: engine.Batches | engine.VirtualTime, run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
 			start := time.Now()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/logbus/logbus/engine"
 	"github.com/logbus/logbus/pubsub"
 	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
@@ -13,7 +14,7 @@ import (
 // deleteCases checks the lifecycle beyond Close: deleting groups and
 // topics, dropping and paging dead letters, and Ping.
 func deleteCases() []confCase {
-	deletes := []Capability{Delete}
+	deletes := engine.Delete
 	return []confCase{
 		{name: "DeleteGroup wakes a Publish blocked on a Block partition the group held full, which then appends", needs: deletes, run: func(c *conf) {
 			b := c.broker()
@@ -244,7 +245,7 @@ func deleteCases() []confCase {
 			c.wantIs("DeleteGroup on an unknown topic", b.DeleteGroup(c.ctx(), "nobody", "nowhere"), pubsub.ErrTopicNotFound)
 			c.wantIs("DeleteTopic of an unknown topic", b.DeleteTopic(c.ctx(), "nowhere"), pubsub.ErrTopicNotFound)
 		}},
-		{name: "DiscardDeadLetters removes the letters match accepts and counts them, leaves the others in order, and nil match removes all", needs: []Capability{DiscardDeadLetters}, run: func(c *conf) {
+		{name: "DiscardDeadLetters removes the letters match accepts and counts them, leaves the others in order, and nil match removes all", needs: engine.DiscardDeadLetters, run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
 			g := subscribe(c, topic, "billing", "b1", &callLog[string]{fail: func(pubsub.Message[string]) error { return pubsub.ErrPermanent }})

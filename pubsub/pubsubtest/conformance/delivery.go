@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/codec"
+	"github.com/logbus/logbus/engine"
 	"github.com/logbus/logbus/pubsub"
 	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
@@ -559,7 +560,7 @@ func deliveryCases() []confCase {
 				}
 			}
 		}},
-		{name: "WithIDs names each record with the next ID of the source", needs: []Capability{CustomIDs}, run: func(c *conf) {
+		{name: "WithIDs names each record with the next ID of the source", needs: engine.CustomIDs, run: func(c *conf) {
 			b := c.broker(pubsub.WithIDs(&seqIDs{}))
 			topic := c.topic(b, "orders")
 			rec := pubsubtest.NewRecorder[string]()
@@ -576,7 +577,7 @@ func deliveryCases() []confCase {
 				c.Errorf("IDs: got %q, want %q", got, want)
 			}
 		}},
-		{name: "Message.Created is read from the broker's Clock", needs: []Capability{InjectedClock}, run: func(c *conf) {
+		{name: "Message.Created is read from the broker's Clock", needs: engine.InjectedClock, run: func(c *conf) {
 			clock := pubsubtest.NewClock(clockStart)
 			b := c.broker(pubsub.WithClock(clock))
 			topic := c.topic(b, "orders")

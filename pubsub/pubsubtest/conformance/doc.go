@@ -4,8 +4,10 @@
 // pause, Drain, Close, streams, batches, the lifecycle and the errors.
 //
 // [RunConformance] runs every case as a subtest named for the sentence it
-// checks. An engine declares the optional promises it keeps as
-// capabilities; a case that needs one it lacks is skipped by name, and the
-// run ends with a summary of every skip. The in-memory engine passes with
-// every capability.
+// checks. The optional promises an engine keeps are read from the engine
+// itself ([engine.Capabilities], through pubsub.Broker.Capabilities); a
+// case that needs one it lacks is skipped by name, and so is one that
+// needs a capability the engine keeps but declares the suite cannot check
+// ([Engine].Untestable, with the reason). The run ends with a summary of
+// every skip. The in-memory engine passes with every capability.
 package conformance

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -249,6 +250,22 @@ func (c *conf) wait(what string, ch <-chan struct{}) {
 	case <-ch:
 	case <-c.ctx().Done():
 		c.Fatalf("%s: did not happen within %v", what, failureBound)
+	}
+}
+
+// waitClosing waits until b's Close has begun: its state is no longer
+// Running, which an engine sets before it drains. In a bubble the engine
+// settles first and then must have begun; in real time the subtest yields
+// to the goroutine that called Close until it has, for at most
+// failureBound.
+func (c *conf) waitClosing(b *pubsub.Broker) {
+	c.Helper()
+	c.settle()
+	for b.State() == pubsub.Running {
+		if c.bubble || c.ctx().Err() != nil {
+			c.Fatal("Close was called, and the broker is still Running")
+		}
+		runtime.Gosched()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/codec"
+	"github.com/logbus/logbus/engine"
 	"github.com/logbus/logbus/pubsub"
 	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
@@ -271,7 +272,7 @@ func closeCases() []confCase {
 				}
 			}
 		}},
-		{name: "Close returns by its deadline plus 10ms even if a handler ignores its context, and the broker is Draining meanwhile", needs: []Capability{Synctest}, run: func(c *conf) {
+		{name: "Close returns by its deadline plus 10ms even if a handler ignores its context, and the broker is Draining meanwhile", needs: engine.VirtualTime, run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
 			gt := newGate(c, false)
@@ -341,6 +342,45 @@ func closeCases() []confCase {
 			}
 			if got := rec.Values(); !slices.Equal(got, []string{"a"}) {
 				c.Errorf("delivered %q, want [a]", got)
+			}
+		}},
+		{name: "a later Close whose context ends first returns its context's error, and the first goes on draining", run: func(c *conf) {
+			b := c.broker()
+			topic := c.topic(b, "orders")
+			gt := newGate(c, false)
+			subscribe(c, topic, "billing", "b1", gt.handler())
+			publishValue(c, topic, "o1")
+			c.wait("the delivery of o1", gt.entered)
+			first := make(chan error, 1)
+			go func() { first <- b.Close(c.ctx()) }()
+			c.waitClosing(b)
+			later := make(chan error, 1)
+			go func() { later <- b.Close(c.within(shortWait)) }()
+			select {
+			case err := <-later:
+				c.wantIs("the later Close, whose context ended first", err, context.DeadlineExceeded)
+				if _, ok := errors.AsType[*pubsub.ShutdownError](err); ok {
+					c.Errorf("the later Close: got %v, want its context's error: the first has not said what was left yet", err)
+				}
+			case <-c.ctx().Done():
+				c.Fatalf("the later Close did not return within %v: it waited for the first, not for its own context", failureBound)
+			}
+			select {
+			case err := <-first:
+				c.Fatalf("the first Close returned %v while the delivery it drains was in flight", err)
+			default:
+			}
+			gt.open()
+			select {
+			case err := <-first:
+				if err != nil {
+					c.Errorf("the first Close: got %v, want nil: it drained everything", err)
+				}
+			case <-c.ctx().Done():
+				c.Fatalf("the first Close did not return within %v of the delivery's end", failureBound)
+			}
+			if err := b.Close(c.within(shortWait)); err != nil {
+				c.Errorf("a Close after the first: got %v, want the first's result, nil", err)
 			}
 		}},
 		{name: "Close is idempotent and safe to call concurrently: every call returns the first one's result", run: func(c *conf) {

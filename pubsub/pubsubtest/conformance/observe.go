@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/logbus/logbus/engine"
 	"github.com/logbus/logbus/pubsub"
 )
 
@@ -55,7 +56,7 @@ func observeCases() []confCase {
 			}
 			c.drain(b)
 		}},
-		{name: "Snapshot shows the delivery in flight, its attempt and the lag in time", needs: []Capability{Snapshots}, run: func(c *conf) {
+		{name: "Snapshot shows the delivery in flight, its attempt and the lag in time", needs: engine.Snapshots, run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
 			started, release := make(chan struct{}), make(chan struct{})
@@ -112,7 +113,7 @@ func observeCases() []confCase {
 				}
 			}
 		}},
-		{name: "a failed delivery raises a retry, then a dead letter", needs: []Capability{Observed}, run: func(c *conf) {
+		{name: "a failed delivery raises a retry, then a dead letter", needs: engine.Observed, run: func(c *conf) {
 			h := &confHooks{}
 			b := c.broker(pubsub.WithHooks(h))
 			topic := c.topic(b, "orders")
@@ -126,7 +127,7 @@ func observeCases() []confCase {
 				c.Errorf("engine events %q, want %q", got, want)
 			}
 		}},
-		{name: "Redrive delivers a dead letter again, to its group only, attempts from 1", needs: []Capability{Redrive}, run: func(c *conf) {
+		{name: "Redrive delivers a dead letter again, to its group only, attempts from 1", needs: engine.Redrive, run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
 			var mu sync.Mutex
@@ -162,7 +163,7 @@ func observeCases() []confCase {
 				c.Errorf("stats %+v and %d dead letters, want 1 redriven (not evicted) and none left", s, len(g.DeadLetters()))
 			}
 		}},
-		{name: "WithStuckAfter reports a delivery running past the threshold, once, and when it returns", needs: []Capability{Synctest, StuckDetection}, run: func(c *conf) {
+		{name: "WithStuckAfter reports a delivery running past the threshold, once, and when it returns", needs: engine.VirtualTime | engine.StuckDetection, run: func(c *conf) {
 			h := &confHooks{}
 			b := c.broker(pubsub.WithHooks(h), pubsub.WithStuckAfter(time.Second))
 			topic := c.topic(b, "orders")
@@ -188,7 +189,7 @@ func observeCases() []confCase {
 				c.Errorf("after it returned: stuck events %q, want a second one with returned", got)
 			}
 		}},
-		{name: "WithStuckAfter reports a stuck delivery, then its return, waiting on the events", needs: []Capability{StuckDetection}, run: func(c *conf) {
+		{name: "WithStuckAfter reports a stuck delivery, then its return, waiting on the events", needs: engine.StuckDetection, run: func(c *conf) {
 			// The check above, on barriers instead of virtual time, so that
 			// an engine that runs in real time is checked too.
 			const after = 50 * time.Millisecond

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/logbus/logbus/engine"
 	"github.com/logbus/logbus/pubsub"
 	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
@@ -95,7 +96,7 @@ func startCases() []confCase {
 				}
 			}
 		}},
-		{name: "StartAt(AtTime(t)) starts at the first record created at or after t", needs: []Capability{InjectedClock}, run: func(c *conf) {
+		{name: "StartAt(AtTime(t)) starts at the first record created at or after t", needs: engine.InjectedClock, run: func(c *conf) {
 			clock := pubsubtest.NewClock(clockStart)
 			b := c.broker(pubsub.WithClock(clock))
 			topic := c.topic(b, "events")
@@ -402,7 +403,7 @@ func seekCases() []confCase {
 				c.Errorf("delivered %q, want %q", got, want)
 			}
 		}},
-		{name: "Replay(AtTime(t)) moves a group to the first record created at or after t", needs: []Capability{InjectedClock}, run: func(c *conf) {
+		{name: "Replay(AtTime(t)) moves a group to the first record created at or after t", needs: engine.InjectedClock, run: func(c *conf) {
 			clock := pubsubtest.NewClock(clockStart)
 			b := c.broker(pubsub.WithClock(clock))
 			topic := c.topic(b, "events")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/codec"
+	"github.com/logbus/logbus/engine"
 	"github.com/logbus/logbus/pubsub"
 	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
@@ -40,7 +41,7 @@ func retentionCases() []confCase {
 			stuck.open()
 			c.drain(b)
 		}},
-		{name: "Block waits exactly BlockTimeout for the slowest group before ErrBackpressure", needs: []Capability{Synctest, ExactBlock}, run: func(c *conf) {
+		{name: "Block waits exactly BlockTimeout for the slowest group before ErrBackpressure", needs: engine.VirtualTime | engine.ExactBlock, run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: 50 * time.Millisecond}))
 			stuck := newGate(c, false)
@@ -76,7 +77,7 @@ func retentionCases() []confCase {
 			}
 			c.drain(b)
 		}},
-		{name: "a Publish blocked on a full partition gets room as soon as the slowest group commits", needs: []Capability{ReclaimOnCommit}, run: func(c *conf) {
+		{name: "a Publish blocked on a full partition gets room as soon as the slowest group commits", needs: engine.ReclaimOnCommit, run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: failureBound}))
 			stuck := newGate(c, false)
@@ -109,7 +110,7 @@ func retentionCases() []confCase {
 			}
 			c.accounted(st)
 		}},
-		{name: "a full partition frees the records every group has committed, and a new group starts at the oldest one retained", needs: []Capability{ReclaimOnCommit}, run: func(c *conf) {
+		{name: "a full partition frees the records every group has committed, and a new group starts at the oldest one retained", needs: engine.ReclaimOnCommit, run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: failureBound}))
 			subscribe(c, topic, "one", "c1", pubsubtest.NewRecorder[string]())
@@ -160,7 +161,7 @@ func retentionCases() []confCase {
 				c.Errorf("the late group skipped %d, want 0", s.Skipped)
 			}
 		}},
-		{name: "DropOldest evicts the oldest record without waiting, counted as Dropped, and as Skipped by a group that had not read it", needs: []Capability{DropOldest}, run: func(c *conf) {
+		{name: "DropOldest evicts the oldest record without waiting, counted as Dropped, and as Skipped by a group that had not read it", needs: engine.DropsOldest, run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders", pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, OnFull: pubsub.DropOldest, BlockTimeout: failureBound}))
 			rec := pubsubtest.NewRecorder[string]()
@@ -199,7 +200,7 @@ func retentionCases() []confCase {
 				c.Errorf("group stats: got %+v, want %+v", got, want)
 			}
 		}},
-		{name: "MaxAge trims records older than it, counted as Expired, and as Skipped by a group that had not read them", needs: []Capability{MaxAge, InjectedClock}, run: func(c *conf) {
+		{name: "MaxAge trims records older than it, counted as Expired, and as Skipped by a group that had not read them", needs: engine.MaxAge | engine.InjectedClock, run: func(c *conf) {
 			clock := pubsubtest.NewClock(clockStart)
 			b := c.broker(pubsub.WithClock(clock))
 			topic := c.topic(b, "orders", pubsub.WithRetention(pubsub.Retention{MaxAge: time.Minute}))
@@ -233,7 +234,7 @@ func retentionCases() []confCase {
 				c.Errorf("group stats: got %+v, want %+v", got, want)
 			}
 		}},
-		{name: "a Publish blocked on a full partition gets room when the oldest record expires", needs: []Capability{MaxAge, Synctest}, run: func(c *conf) {
+		{name: "a Publish blocked on a full partition gets room when the oldest record expires", needs: engine.MaxAge | engine.VirtualTime, run: func(c *conf) {
 			b := c.broker() // the wall clock, virtual in the bubble
 			topic := c.topic(b, "jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, MaxAge: time.Second, BlockTimeout: time.Hour}))
 			stuck := newGate(c, false)
@@ -255,7 +256,7 @@ func retentionCases() []confCase {
 			stuck.open()
 			c.drain(b)
 		}},
-		{name: "MaxBytes bounds the key and value bytes a partition retains, under Block and with no group", needs: []Capability{MaxBytes}, run: func(c *conf) {
+		{name: "MaxBytes bounds the key and value bytes a partition retains, under Block and with no group", needs: engine.MaxBytes, run: func(c *conf) {
 			// Every record is 4 bytes ("k" and 3 bytes of value): 10 holds two.
 			b := c.broker()
 			blocking := c.topic(b, "blocking", pubsub.WithRetention(pubsub.Retention{MaxBytes: 10, BlockTimeout: shortWait}))
@@ -281,7 +282,7 @@ func retentionCases() []confCase {
 			stuck.open()
 			c.drain(b)
 		}},
-		{name: "MaxBytes under DropOldest drops as many of the oldest records as a new one needs", needs: []Capability{MaxBytes, DropOldest}, run: func(c *conf) {
+		{name: "MaxBytes under DropOldest drops as many of the oldest records as a new one needs", needs: engine.MaxBytes | engine.DropsOldest, run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "t", pubsub.WithRetention(pubsub.Retention{MaxBytes: 10, OnFull: pubsub.DropOldest}))
 			stuck := newGate(c, false)
@@ -295,7 +296,7 @@ func retentionCases() []confCase {
 			stuck.open()
 			c.drain(b)
 		}},
-		{name: "a record larger than MaxBytes is ErrInvalid at once and appends nothing", needs: []Capability{MaxBytes}, run: func(c *conf) {
+		{name: "a record larger than MaxBytes is ErrInvalid at once and appends nothing", needs: engine.MaxBytes, run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "t", pubsub.WithRetention(pubsub.Retention{MaxBytes: 8, BlockTimeout: failureBound}))
 			publish(c, topic, "k", "ok")

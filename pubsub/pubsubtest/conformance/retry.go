@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/codec"
+	"github.com/logbus/logbus/engine"
 	"github.com/logbus/logbus/pubsub"
 	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
 
 func retryCases() []confCase {
 	return []confCase{
-		{name: "a failed delivery is retried after BaseDelay, then BaseDelay times Multiplier each time, up to MaxDelay", needs: []Capability{Synctest}, run: func(c *conf) {
+		{name: "a failed delivery is retried after BaseDelay, then BaseDelay times Multiplier each time, up to MaxDelay", needs: engine.VirtualTime, run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
 			start := time.Now()
@@ -53,7 +54,7 @@ func retryCases() []confCase {
 				c.Errorf("dead letters: got %+v, want \"bad\" after 5 attempts", dl)
 			}
 		}},
-		{name: "the default retry policy makes 3 attempts, 10ms then 20ms apart", needs: []Capability{Synctest}, run: func(c *conf) {
+		{name: "the default retry policy makes 3 attempts, 10ms then 20ms apart", needs: engine.VirtualTime, run: func(c *conf) {
 			b := c.broker()
 			topic := c.topic(b, "orders")
 			start := time.Now()
@@ -114,7 +115,7 @@ func retryCases() []confCase {
 				c.Errorf("Committed(0): got %d, want %d", got, next.Offset+1)
 			}
 		}},
-		{name: "a dead letter is dated by the broker's Clock", needs: []Capability{InjectedClock}, run: func(c *conf) {
+		{name: "a dead letter is dated by the broker's Clock", needs: engine.InjectedClock, run: func(c *conf) {
 			clock := pubsubtest.NewClock(clockStart)
 			b := c.broker(pubsub.WithClock(clock))
 			topic := c.topic(b, "orders")

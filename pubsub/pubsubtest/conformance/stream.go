@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/logbus/logbus/codec"
+	"github.com/logbus/logbus/engine"
 	"github.com/logbus/logbus/pubsub"
 	"github.com/logbus/logbus/pubsub/pubsubtest"
 )
@@ -324,7 +325,7 @@ func streamCases() []confCase {
 	}
 	cases = append(cases, confCase{
 		name:  "a delivery taken back unread by Pause, Seek, Replay or Leave comes again with the same Attempt",
-		needs: []Capability{GiveBack},
+		needs: engine.GiveBack,
 		run: func(c *conf) {
 			for _, tb := range takeBack {
 				takeBackUnread(c, tb.name, tb.call, true)

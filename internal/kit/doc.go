@@ -1,0 +1,8 @@
+// Package kit is the delivery policy both of logbus's engines keep, written
+// once: what a handler's panic becomes (Call), what a batch handler's error
+// means (Outcome), when a delivery is stuck (Watchdog), and how Close runs
+// once and bounds its later callers (Closer, AwaitWorkers). An engine
+// stores and moves records; what a promise means is decided here. It is
+// internal: an engine outside this module gets the boundary (package
+// engine) and the conformance suite, not this code.
+package kit
