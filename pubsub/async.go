@@ -203,20 +203,34 @@ func (a *asyncState) takeFailures(epoch uint64) (int, error) {
 // resolved, at most until ctx ends.
 func (a *asyncState) wait(ctx context.Context) error {
 	for i := range a.parts {
-		part := &a.parts[i]
-		part.mu.Lock()
-		last := part.last
-		part.mu.Unlock()
-		if last == nil || last.isResolved() {
-			continue
-		}
-		select {
-		case <-last.Done():
-		case <-ctx.Done():
-			return fmt.Errorf("topic %q partition %d: waiting for records in flight: %w", a.name, i, ctx.Err())
+		if err := a.waitPartition(ctx, i); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// waitPartition waits until every record of partition p the engine
+// admitted before the call has resolved, at most until ctx ends. Publish
+// and PublishBatch call it first, so that a record published after
+// asynchronous ones (from one goroutine) is stored after them.
+func (a *asyncState) waitPartition(ctx context.Context, p int) error {
+	if a.parts == nil {
+		return nil
+	}
+	part := &a.parts[p]
+	part.mu.Lock()
+	last := part.last
+	part.mu.Unlock()
+	if last == nil || last.isResolved() {
+		return nil
+	}
+	select {
+	case <-last.Done():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("topic %q partition %d: waiting for the asynchronous records ahead: %w", a.name, p, ctx.Err())
+	}
 }
 
 // admit takes a slot for a record in flight, waiting for one as Block
@@ -283,7 +297,9 @@ func newAsyncState(t engine.Topic, cfg topicConfig) *asyncState {
 // Order: the records of one partition are stored in the order their
 // PublishAsync calls were made (calls from one goroutine; calls from
 // several race, as Publish calls do), and an engine's retries never
-// reorder them. When a record fails, the records of its partition issued
+// reorder them. Publish and PublishBatch keep that order too: they first
+// wait for the asynchronous records ahead of them in their partitions
+// (every partition, for a batch) to resolve. When a record fails, the records of its partition issued
 // before its failure resolved and not yet stored fail too, with an error
 // wrapping ErrAborted and the first one's cause, so what a partition
 // stored is a prefix of what was issued. The first record to fail carries

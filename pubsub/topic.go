@@ -384,12 +384,16 @@ func (t *Topic[K, V]) appendOne(ctx context.Context, p int, rec *engine.Record) 
 	return Position{Partition: p, Offset: offset}, nil
 }
 
-// appendEngine is the engine's AppendOne, refused once Close began: the
+// appendEngine is the engine's AppendOne, refused once Close began (the
 // engine refuses publishes only once its own Close begins, after the
-// broker's waited for the records PublishAsync has in flight.
+// broker's waited for the records PublishAsync has in flight), and made
+// after the partition's asynchronous records ahead of it resolved.
 func (t *Topic[K, V]) appendEngine(ctx context.Context, p int, rec *engine.Record) (int64, error) {
 	if t.b.closing.Load() {
 		return 0, ErrClosed
+	}
+	if err := t.async.waitPartition(ctx, p); err != nil {
+		return 0, err
 	}
 	return t.eng.AppendOne(ctx, p, rec)
 }
@@ -554,7 +558,9 @@ func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int
 	}
 	stored, err := 0, error(ErrClosed) // see appendEngine
 	if !t.b.closing.Load() {
-		stored, err = t.eng.AppendBatch(ctx, partitions, recs, offsets)
+		if err = t.async.wait(ctx); err == nil {
+			stored, err = t.eng.AppendBatch(ctx, partitions, recs, offsets)
+		}
 	}
 	for i := range stored {
 		positions[i].Offset = offsets[i]
