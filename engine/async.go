@@ -28,7 +28,8 @@ import "context"
 //   - when a record fails, the records of its partition appended before
 //     its failure was reported and not yet stored fail too, their errors
 //     wrapping ErrAborted and the first one's (which carries its own
-//     cause, not ErrAborted). A record whose fate the engine cannot tell
+//     cause, not ErrAborted), but not ErrOutcomeUnknown, which would say
+//     they may be stored. A record whose fate the engine cannot tell
 //     fails with an error wrapping ErrOutcomeUnknown instead. An engine
 //     that can always keep a partition's stored records a prefix of what
 //     was appended declares GaplessAsync;

@@ -69,8 +69,9 @@ var (
 	ErrUnavailable = engine.ErrUnavailable
 	// ErrAborted is wrapped by the error of a record published with
 	// PublishAsync that was not stored because a record ahead of it in
-	// its partition failed; the error wraps that record's cause too. See
-	// Topic.PublishAsync.
+	// its partition failed; the error wraps that record's cause too
+	// (ErrBackpressure, say), except ErrOutcomeUnknown: an aborted record
+	// was not stored. See Topic.PublishAsync.
 	ErrAborted = engine.ErrAborted
 	// ErrOutcomeUnknown is wrapped by the error of a publish whose record
 	// a remote engine sent but whose confirmation never came (a lost

@@ -1,0 +1,280 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/logbus/logbus/codec"
+	"github.com/logbus/logbus/engine"
+	"github.com/logbus/logbus/pubsub"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// storedValues reads every record of topic's partitions from the server,
+// on a connection of its own: the values by partition, by offset. The
+// topic must retain every record.
+func storedValues(t *testing.T, nc *nats.Conn, e *eng, topic string, partitions int) [][]string {
+	t.Helper()
+	jsc, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([][]string, partitions)
+	for p := range partitions {
+		s, err := jsc.Stream(t.Context(), e.names.stream(topic, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first := s.CachedInfo().State.FirstSeq; first > 1 {
+			t.Fatalf("partition %d starts at sequence %d: the test needs every record retained", p, first)
+		}
+		for seq := uint64(1); seq <= s.CachedInfo().State.LastSeq; seq++ {
+			m, err := s.GetMsg(t.Context(), seq)
+			if err != nil {
+				t.Fatalf("partition %d sequence %d: %v", p, seq, err)
+			}
+			out[p] = append(out[p], string(m.Data))
+		}
+	}
+	return out
+}
+
+// keepAll is a retention that keeps every record of the tests.
+var keepAll = pubsub.WithRetention(pubsub.Retention{MaxMessages: 1 << 16})
+
+// issued is a record PublishAsync issued, and its Pending.
+type issued struct {
+	value string
+	pd    *pubsub.Pending
+}
+
+// checkAsyncOutcomes checks every Pending against what the server stored:
+// each resolved; none stored twice; a record reported stored is stored at
+// its position; one reported not stored (an error without
+// ErrOutcomeUnknown) is not stored; and each partition stored its records
+// in the order they were issued. It returns how many resolved stored, not
+// stored and unknown.
+func checkAsyncOutcomes(t *testing.T, recs []issued, stored [][]string) (ok, failed, unknown int) {
+	t.Helper()
+	where := map[string]pubsub.Position{}
+	for p, vs := range stored {
+		for i, v := range vs {
+			if prev, dup := where[v]; dup {
+				t.Errorf("%s is stored twice: at %v and at partition %d offset %d", v, prev, p, i)
+			}
+			where[v] = pubsub.Position{Partition: p, Offset: int64(i)}
+		}
+	}
+	order := map[string]int{}
+	for i, r := range recs {
+		order[r.value] = i
+		select {
+		case <-r.pd.Done():
+		default:
+			t.Fatalf("%s unresolved", r.value)
+		}
+		pos, err := r.pd.Wait(t.Context())
+		at, isStored := where[r.value]
+		switch {
+		case err == nil:
+			ok++
+			if !isStored || at != pos {
+				t.Errorf("%s reported stored at %v; the server has it at %v (stored: %v)", r.value, pos, at, isStored)
+			}
+		case errors.Is(err, pubsub.ErrOutcomeUnknown):
+			unknown++
+		default:
+			failed++
+			if isStored {
+				t.Errorf("%s reported not stored (%v), but the server has it at %v", r.value, err, at)
+			}
+		}
+	}
+	for p, vs := range stored {
+		for i := 1; i < len(vs); i++ {
+			if order[vs[i]] < order[vs[i-1]] {
+				t.Errorf("partition %d stored %s after %s, issued later", p, vs[i], vs[i-1])
+			}
+		}
+	}
+	return ok, failed, unknown
+}
+
+// A server stopped with records in flight, and started again within the
+// engine's bound: every Pending resolves, every record is stored once, in
+// the order it was issued, where its Pending says.
+func TestPublishAsyncAcrossAServerRestart(t *testing.T) {
+	srv := newRestartable(t)
+	nc := srv.connect(t)
+	js, err := Connect(nc, fileOptions(WithRequestTimeout(3*time.Second))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, e := brokerWithEngine(t, js)
+	topic, err := pubsub.NewTopic(b, "events", codec.String(), codec.String(), pubsub.WithPartitions(2), keepAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	const n = 3000
+	var recs []issued
+	for i := range n {
+		if i == n/3 {
+			srv.stop()
+			go func() { // exits once the server runs again
+				time.Sleep(300 * time.Millisecond) // the outage: publishing goes on meanwhile
+				srv.start()
+			}()
+		}
+		v := fmt.Sprintf("r%04d", i)
+		recs = append(recs, issued{v, topic.PublishAsync(ctx, fmt.Sprint("k", i%8), v)})
+	}
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err = topic.Flush(fctx)
+	if err != nil && errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Flush: %v", err)
+	}
+	ok, failed, unknown := checkAsyncOutcomes(t, recs, storedValues(t, srv.connect(t), e, "events", 2))
+	if ok != n {
+		t.Errorf("%d stored, %d not stored, %d unknown (Flush: %v); want all %d stored: the server came back within the bound",
+			ok, failed, unknown, err, n)
+	}
+}
+
+// A server stopped with records in flight, and back only after the
+// engine's bound: every Pending resolves within it, saying stored, not
+// stored (ErrAborted behind the first failure) or unknown, and what each
+// says stored is stored once, in order.
+func TestPublishAsyncWhenTheServerStaysDown(t *testing.T) {
+	srv := newRestartable(t)
+	nc := srv.connect(t)
+	js, err := Connect(nc, fileOptions(WithRequestTimeout(500*time.Millisecond))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, e := brokerWithEngine(t, js)
+	topic, err := pubsub.NewTopic(b, "events", codec.String(), codec.String(), pubsub.WithPartitions(2), keepAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	const n = 2000
+	var recs []issued
+	for i := range n {
+		if i == n/2 {
+			srv.stop()
+		}
+		v := fmt.Sprintf("r%04d", i)
+		recs = append(recs, issued{v, topic.PublishAsync(ctx, fmt.Sprint("k", i%8), v)})
+	}
+	began := time.Now()
+	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	err = topic.Flush(fctx)
+	took := time.Since(began)
+	if errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, pubsub.ErrUnavailable) {
+		t.Fatalf("Flush after %v: %v; want the records resolved, failed wrapping ErrUnavailable", took, err)
+	}
+	var aborted int
+	for _, r := range recs {
+		if _, err := r.pd.Wait(ctx); errors.Is(err, pubsub.ErrAborted) {
+			aborted++
+		}
+	}
+	srv.start()
+	ok, failed, unknown := checkAsyncOutcomes(t, recs, storedValues(t, srv.connect(t), e, "events", 2))
+	if ok == 0 || aborted == 0 || failed < aborted {
+		t.Errorf("%d stored, %d not stored (%d of them aborted), %d unknown; want some stored, and the records held behind the first failure aborted, not stored",
+			ok, failed, aborted, unknown)
+	}
+	t.Logf("resolved in %v: %d stored, %d not stored (%d of them aborted), %d unknown; Flush: %v", took, ok, failed, aborted, unknown, err)
+}
+
+// Answers lost on the way back (the connection stays up): the records
+// reached the server, and their Pendings say the outcome is unknown, never
+// that they were not stored.
+func TestPublishAsyncWhoseAnswersAreLostSaysUnknown(t *testing.T) {
+	srv := newRestartable(t)
+	h := newBlackhole(t, strings.TrimPrefix(srv.url(), "nats://"))
+	nc, err := nats.Connect(h.url(), nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := Connect(nc, testOptions(WithRequestTimeout(300*time.Millisecond))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, e := brokerWithEngine(t, js)
+	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := topic.PublishAsync(ctx, "k", "answered").Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(h.hold)
+	var recs []issued
+	for i := range 5 {
+		v := fmt.Sprint("unanswered", i)
+		recs = append(recs, issued{v, topic.PublishAsync(ctx, "k", v)})
+	}
+	if err := topic.Flush(ctx); !errors.Is(err, pubsub.ErrOutcomeUnknown) {
+		t.Errorf("Flush: %v, want ErrOutcomeUnknown", err)
+	}
+	for _, r := range recs {
+		if _, err := r.pd.Wait(ctx); !errors.Is(err, pubsub.ErrOutcomeUnknown) || strings.Contains(err.Error(), "not stored") {
+			t.Errorf("%s: %v; want ErrOutcomeUnknown, not a claim that it was not stored", r.value, err)
+		}
+	}
+	stored := storedValues(t, srv.connect(t), e, "orders", 1)
+	if got := len(stored[0]); got != 6 {
+		t.Errorf("the server stored %d records, want 6: the unanswered ones reached it", got)
+	}
+}
+
+// The recovery's question: a record sent again under its message ID,
+// expecting a last message ID no record has, is answered with its
+// sequence when it was stored, and refused, storing nothing, when it was
+// not.
+func TestProbeTellsStoredFromNotStored(t *testing.T) {
+	b, e := brokerWithEngine(t, testServer.Engine(testOptions()...))
+	ctx := t.Context()
+	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topic.Publish(ctx, "k", "first"); err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	et := e.topics["orders"]
+	e.mu.Unlock()
+	m, err := et.message(0, &engine.Record{Key: []byte("k"), Value: []byte("v")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := et.probe(ctx, 0, m); ok || err != nil {
+		t.Errorf("probe of a record never sent: stored %v, %v; want not stored", ok, err)
+	}
+	if got := topic.Stats().Published; got != 1 {
+		t.Errorf("published %d after the probe, want 1: a probe stores nothing", got)
+	}
+	off, err := et.publish(ctx, 0, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq, ok, err := et.probe(ctx, 0, m); !ok || err != nil || int64(seq)-1 != off {
+		t.Errorf("probe of a stored record: stored %v at sequence %d, %v; want stored at offset %d", ok, seq, err, off)
+	}
+	if got := topic.Stats().Published; got != 2 {
+		t.Errorf("published %d, want 2", got)
+	}
+}
