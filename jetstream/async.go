@@ -47,6 +47,7 @@ package jetstream
 // is why the engine does not declare engine.GaplessAsync.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -587,6 +588,10 @@ func (e *eng) onReply(m *nats.Msg) {
 		pp.answer(num, 0, nats.ErrNoResponders)
 		return
 	}
+	if seq, ok := ackSeq(m.Data); ok {
+		pp.answer(num, seq, nil)
+		return
+	}
 	var ack pubAck
 	if err := json.Unmarshal(m.Data, &ack); err != nil {
 		pp.answer(num, 0, fmt.Errorf("%w: %w", natsjs.ErrInvalidJSAck, err))
@@ -597,6 +602,36 @@ func (e *eng) onReply(m *nats.Msg) {
 		return
 	}
 	pp.answer(num, ack.Seq, nil)
+}
+
+// ackSeq reads the sequence of a PubAck the way the server writes one
+// that stored a record, {"stream":"<name>","seq":<n>...}, without the
+// JSON decoder, which was a tenth of the pipe's own work per record. Any
+// other answer (an error, another form) is not ok, for the decoder.
+func ackSeq(data []byte) (uint64, bool) {
+	const stream, seq = `{"stream":"`, `","seq":`
+	if !bytes.HasPrefix(data, []byte(stream)) {
+		return 0, false
+	}
+	rest := data[len(stream):]
+	i := bytes.IndexByte(rest, '"')
+	if i < 0 || !bytes.HasPrefix(rest[i:], []byte(seq)) {
+		return 0, false
+	}
+	rest = rest[i+len(seq):]
+	var n uint64
+	digits := 0
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + uint64(c-'0')
+		digits++
+	}
+	if digits == 0 || digits > 19 || (digits < len(rest) && rest[digits] != ',' && rest[digits] != '}') {
+		return 0, false
+	}
+	return n, n > 0
 }
 
 // stopPipes resolves what the pipes still hold, for Close, once the typed

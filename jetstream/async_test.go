@@ -168,6 +168,10 @@ func TestPublishAsyncWhenTheServerStaysDown(t *testing.T) {
 	var recs []issued
 	for i := range n {
 		if i == n/2 {
+			// Some stored, and records in flight behind them.
+			if _, err := recs[n/4].pd.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
 			srv.stop()
 		}
 		v := fmt.Sprintf("r%04d", i)
@@ -276,5 +280,31 @@ func TestProbeTellsStoredFromNotStored(t *testing.T) {
 	}
 	if got := topic.Stats().Published; got != 2 {
 		t.Errorf("published %d, want 2", got)
+	}
+}
+
+// ackSeq reads the server's PubAck of a stored record, and leaves every
+// other answer to the JSON decoder.
+func TestAckSeq(t *testing.T) {
+	for _, c := range []struct {
+		data string
+		seq  uint64
+		ok   bool
+	}{
+		{`{"stream":"logbus_p0","seq":42}`, 42, true},
+		{`{"stream":"s","seq":7,"duplicate": true}`, 7, true},
+		{`{"stream":"s","seq":9223372036854775807}`, 9223372036854775807, true},
+		{`{"stream":"s","seq":18446744073709551615}`, 0, false}, // 20 digits: the decoder's
+		{`{"stream":"s","domain":"d","seq":7}`, 0, false},
+		{`{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"},"stream":"s","seq":0}`, 0, false},
+		{`{"stream":"s","seq":0}`, 0, false},
+		{`{"stream":"s","seq":}`, 0, false},
+		{`{"stream":"s","seq":12x}`, 0, false},
+		{``, 0, false},
+	} {
+		seq, ok := ackSeq([]byte(c.data))
+		if seq != c.seq || ok != c.ok {
+			t.Errorf("ackSeq(%s) = %d, %v; want %d, %v", c.data, seq, ok, c.seq, c.ok)
+		}
 	}
 }
