@@ -160,10 +160,9 @@ func (t *topic) AppendAsync(_ context.Context, p int, rec *engine.Record, done f
 		return nil
 	}
 	pp.sendLocked(o)
-	pp.advanceLocked()
+	pp.advanceLocked() // moves nothing to ready (answers move theirs), but starts a recovery if o was not sent
 	pp.mu.Unlock()
-	pp.flush()
-	return nil
+	return nil // no flush here: done is never called from AppendAsync, where the caller holds its locks
 }
 
 // errNotSent is the answer of a record the pipe could not send: the
