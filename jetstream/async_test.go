@@ -308,3 +308,163 @@ func TestAckSeq(t *testing.T) {
 		}
 	}
 }
+
+// A Block partition that a paused group keeps full: the first record that
+// does not fit fails with ErrBackpressure after BlockTimeout, and the
+// records sent behind it, refused too, fail with ErrAborted wrapping it,
+// at once; a record published once the group resumed is stored afresh.
+func TestPublishAsyncIntoAFullBlockPartitionAbortsTheRest(t *testing.T) {
+	b := newBroker(t)
+	ctx := t.Context()
+	topic, err := pubsub.NewTopic(b, "jobs", codec.String(), codec.String(),
+		pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: 50 * time.Millisecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := topic.Subscribe("held", "h1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var pds []*pubsub.Pending
+	for i := range 6 {
+		pds = append(pds, topic.PublishValueAsync(ctx, fmt.Sprint("j", i)))
+	}
+	if err := topic.Flush(ctx); !errors.Is(err, pubsub.ErrBackpressure) || !strings.Contains(err.Error(), "4 records failed") {
+		t.Errorf("Flush: %v; want 4 records failed, wrapping ErrBackpressure", err)
+	}
+	for i, pd := range pds {
+		pos, err := pd.Wait(ctx)
+		switch {
+		case i < 2 && (err != nil || pos.Offset != int64(i)):
+			t.Errorf("j%d: %v, %v; want stored at offset %d", i, pos, err, i)
+		case i == 2 && (!errors.Is(err, pubsub.ErrBackpressure) || errors.Is(err, pubsub.ErrAborted)):
+			t.Errorf("j2, the first that does not fit: %v; want ErrBackpressure, not ErrAborted", err)
+		case i > 2 && (!errors.Is(err, pubsub.ErrAborted) || !errors.Is(err, pubsub.ErrBackpressure)):
+			t.Errorf("j%d, behind it: %v; want ErrAborted wrapping ErrBackpressure", i, err)
+		}
+	}
+	if err := g.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if pos, err := topic.PublishValueAsync(ctx, "afresh").Wait(ctx); err != nil || pos.Offset != 2 {
+		t.Errorf("a record published after the failures resolved: %v, %v; want stored at offset 2", pos, err)
+	}
+}
+
+// sendRaw sends messages through partition p's pipe as AppendAsync would,
+// and returns their outcomes, in the order their done was called.
+func sendRaw(t *testing.T, et *topic, p int, msgs ...*nats.Msg) []error {
+	t.Helper()
+	if err := et.e.replies(); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		i   int
+		off int64
+		err error
+	}
+	results := make(chan result, len(msgs))
+	pp := et.pipes[p]
+	pp.mu.Lock()
+	for i, m := range msgs {
+		pp.sendLocked(&outgoing{msg: m, done: func(off int64, err error) { results <- result{i, off, err} }})
+	}
+	pp.advanceLocked()
+	pp.mu.Unlock()
+	errs := make([]error, len(msgs))
+	for want := range msgs {
+		select {
+		case r := <-results:
+			if r.i != want {
+				t.Fatalf("record %d resolved before record %d", r.i, want)
+			}
+			errs[r.i] = r.err
+		case <-time.After(30 * time.Second):
+			t.Fatalf("record %d unresolved after 30s", want)
+		}
+	}
+	return errs
+}
+
+// The server refuses a record and stores the one sent behind it (here a
+// record expecting a last sequence the stream does not have, then a plain
+// one): the gap is reported as it is, and the refused record is not sent
+// again, which would store it after the later one.
+func TestPublishAsyncReportsAGapAsItIs(t *testing.T) {
+	b, e := brokerWithEngine(t, testServer.Engine(testOptions()...))
+	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	et := e.topics["orders"]
+	e.mu.Unlock()
+	refused, err := et.message(0, &engine.Record{Key: []byte("k"), Value: []byte("refused")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused.Header.Set(natsjs.ExpectedLastSeqHeader, "999")
+	behind, err := et.message(0, &engine.Record{Key: []byte("k"), Value: []byte("behind")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := sendRaw(t, et, 0, refused, behind)
+	if errs[0] == nil || errors.Is(errs[0], engine.ErrOutcomeUnknown) || !strings.Contains(errs[0].Error(), "a record after it was stored") {
+		t.Errorf("the refused record: %v; want not stored, saying a record after it was stored", errs[0])
+	}
+	if errs[1] != nil {
+		t.Errorf("the record behind it: %v; want stored", errs[1])
+	}
+	nc, err := testServer.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if got := storedValues(t, nc, e, "orders", 1)[0]; len(got) != 1 || got[0] != "behind" {
+		t.Errorf("the server stored %q, want [behind]: the refused record was not sent again", got)
+	}
+	if got := topic.Stats().Published; got != 1 {
+		t.Errorf("published %d, want 1", got)
+	}
+}
+
+// A record the server refuses, and refuses again when the pipe sends it
+// alone, fails with its cause; the records sent behind it, refused too,
+// fail with ErrAborted; nothing is stored, and the next record is.
+func TestPublishAsyncAbortsWhatFollowsARefusal(t *testing.T) {
+	b, e := brokerWithEngine(t, testServer.Engine(testOptions()...))
+	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	et := e.topics["orders"]
+	e.mu.Unlock()
+	var msgs []*nats.Msg
+	for i := range 3 {
+		m, err := et.message(0, &engine.Record{Key: []byte("k"), Value: []byte(fmt.Sprint("v", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Header.Set(natsjs.ExpectedLastSeqHeader, "999") // refused, every time
+		msgs = append(msgs, m)
+	}
+	errs := sendRaw(t, et, 0, msgs...)
+	if errs[0] == nil || errors.Is(errs[0], engine.ErrAborted) {
+		t.Errorf("the first refused record: %v; want its own cause", errs[0])
+	}
+	for i, err := range errs[1:] {
+		if !errors.Is(err, engine.ErrAborted) || errors.Is(err, engine.ErrOutcomeUnknown) {
+			t.Errorf("record %d behind it: %v; want ErrAborted, and not an unknown outcome", i+1, err)
+		}
+	}
+	if pos, err := topic.PublishValueAsync(t.Context(), "next").Wait(t.Context()); err != nil || pos.Offset != 0 {
+		t.Errorf("the next record: %v, %v; want stored at offset 0", pos, err)
+	}
+}

@@ -115,7 +115,8 @@ const DefaultMaxInFlight = 4096
 // DefaultMaxInFlight (4096, what the JetStream engine needs to reach its
 // throughput). At the bound, PublishAsync waits for a record to resolve,
 // as Block waits for room: at most the topic's BlockTimeout and never past
-// its ctx, then resolves with ErrBackpressure or ctx's error. The
+// its ctx, then resolves with ErrBackpressure or ctx's error (such waits
+// are not counted in TopicStats, which counts the engine's). The
 // in-memory engine stores a record before PublishAsync returns, so nothing
 // is ever in flight there and the bound never applies. n < 1 is
 // ErrInvalid.
