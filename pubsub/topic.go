@@ -314,7 +314,8 @@ func WithHeaders(h map[string]string) PublishOption { return headersOption(h) }
 // each group in the order they were published.
 //
 // Publish returns as soon as the record is in the log; it does not wait for
-// delivery. It blocks only when the partition is full and the topic's
+// delivery (nor, after PublishAsync calls, for anything but the records
+// ahead of it in its partition: see PublishAsync's order). It blocks only when the partition is full and the topic's
 // retention says Block: then it waits for room, at most BlockTimeout and
 // never past ctx, and fails with ErrBackpressure or ctx's error. A value or
 // key the codec cannot encode fails with the codec's error. After Close
