@@ -3,9 +3,11 @@ package pubsub
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/logbus/logbus/engine"
 )
@@ -15,13 +17,37 @@ import (
 // never changes afterwards. Its methods are safe for concurrent use.
 type Pending struct {
 	// A Pending is the one allocation of an asynchronous publish in
-	// memory, so it is kept to 32 bytes: the position, packed, the error,
-	// and a state word. A channel for Done exists only for a Pending that
-	// someone waits on before it resolves, in waiting.
+	// memory, so it is kept to 16 bytes without pointers, which the
+	// garbage collector need not scan: the position, packed, and a state
+	// word. A failed record's error is kept in failures, and a channel for
+	// Done, made only for a Pending someone waits on before it resolves,
+	// in waiting.
 	offset    int64
-	partition int32
+	partition int32  // -1 when the record failed: failures has the error
 	state     uint32 // pendingResolved, pendingOpen or pendingWaited; atomic once the Pending is shared
-	err       error
+}
+
+// failures holds the error of each failed Pending, until the Pending is
+// collected. Keyed by weak pointer, so that it keeps no Pending alive, and
+// a Pending made later at the same address is another key.
+var failures sync.Map // weak.Pointer[Pending] -> error
+
+// setErr keeps err as p's error, until p is collected.
+func (p *Pending) setErr(err error) {
+	w := weak.Make(p)
+	failures.Store(w, err)
+	runtime.AddCleanup(p, func(w weak.Pointer[Pending]) { failures.Delete(w) }, w)
+}
+
+// result returns p's outcome; p is resolved.
+func (p *Pending) result() (Position, error) {
+	if p.partition < 0 {
+		if err, ok := failures.Load(weak.Make(p)); ok {
+			return noPosition, err.(error)
+		}
+		panic("logbus: a failed Pending lost its error") // cannot be: the entry lives as long as p
+	}
+	return Position{Partition: int(p.partition), Offset: p.offset}, nil
 }
 
 // The states of a Pending. A Pending resolved when it is made is built
@@ -84,13 +110,17 @@ func (p *Pending) Wait(ctx context.Context) (Position, error) {
 			return noPosition, fail(ctx.Err(), "wait for a publish")
 		}
 	}
-	return Position{Partition: int(p.partition), Offset: p.offset}, p.err
+	return p.result()
 }
 
 // resolve sets the outcome and wakes the waiters. Called once, on a
 // Pending made open.
 func (p *Pending) resolve(pos Position, err error) {
-	p.offset, p.partition, p.err = pos.Offset, int32(pos.Partition), err
+	p.offset, p.partition = pos.Offset, int32(pos.Partition)
+	if err != nil {
+		p.offset, p.partition = -1, -1
+		p.setErr(err)
+	}
 	if atomic.CompareAndSwapUint32(&p.state, pendingOpen, pendingResolved) {
 		return // nobody waits
 	}
@@ -103,7 +133,12 @@ func (p *Pending) resolve(pos Position, err error) {
 // resolvedPending returns a Pending resolved with pos and err: the one
 // allocation of an asynchronous publish that the engine stored at once.
 func resolvedPending(pos Position, err error) *Pending {
-	return &Pending{offset: pos.Offset, partition: int32(pos.Partition), err: err}
+	if err != nil {
+		p := &Pending{offset: -1, partition: -1}
+		p.setErr(err)
+		return p
+	}
+	return &Pending{offset: pos.Offset, partition: int32(pos.Partition)}
 }
 
 // DefaultMaxInFlight is how many records PublishAsync keeps in flight per

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -509,4 +510,38 @@ func TestWaitContextDoesNotChangeTheOutcome(t *testing.T) {
 			t.Errorf("Wait again: %v, %v; want stored at 0", pos, err)
 		}
 	})
+}
+
+// A failed Pending's error lives as long as the Pending: once nobody holds
+// it, the garbage collector's cleanup drops the error too.
+func TestAFailedPendingsErrorGoesWithIt(t *testing.T) {
+	b := pubsubtest.NewBroker(t)
+	topic, err := pubsub.NewTopic(b, "t", codec.String(), codec.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := pubsub.FailuresKept()
+	kept := topic.PublishValueAsync(nil, "kept") //lint:ignore SA1012 a nil context is a failure that is easy to make
+	for range 100 {
+		topic.PublishValueAsync(nil, "dropped") //lint:ignore SA1012 as above
+	}
+	// Cleanups run on a goroutine of the runtime's after a collection; no
+	// call waits for them, so collect until they ran, a bounded number of
+	// times.
+	for range 100 {
+		runtime.GC()
+		if pubsub.FailuresKept() <= before+1 {
+			break
+		}
+		runtime.Gosched()
+	}
+	if got := pubsub.FailuresKept() - before; got > 1 {
+		t.Errorf("%d errors kept more than before, want at most 1: the kept Pending's", got)
+	}
+	if _, err := kept.Wait(context.Background()); !errors.Is(err, pubsub.ErrInvalid) {
+		t.Errorf("the kept Pending: %v, want its error", err)
+	}
+	if err := topic.Flush(context.Background()); err == nil || !strings.Contains(err.Error(), "101 records failed") {
+		t.Errorf("Flush: %v; want 101 records failed", err)
+	}
 }
