@@ -147,8 +147,11 @@ const DefaultMaxInFlight = 4096
 
 // WithMaxInFlight bounds the records of the topic that PublishAsync has
 // handed to the engine and whose outcome is not known yet, overriding
-// DefaultMaxInFlight (4096, what the JetStream engine needs to reach its
-// throughput). At the bound, PublishAsync waits for a record to resolve,
+// DefaultMaxInFlight (4096). A remote engine needs about its rate times
+// its round trip in flight to keep publishing: on loopback the JetStream
+// engine publishes as fast with 256 as with 4096 (bench/README.md); 4096
+// leaves room for a slower link, at the price of holding as many records
+// in memory. At the bound, PublishAsync waits for a record to resolve,
 // as Block waits for room: at most the topic's BlockTimeout and never past
 // its ctx, then resolves with ErrBackpressure or ctx's error (such waits
 // are not counted in TopicStats, which counts the engine's). The
