@@ -31,7 +31,8 @@
 // engine without them still compiles and the typed layer says what it
 // does instead: an [Engine] may describe itself at once ([Snapshotter]),
 // delete groups and topics ([Deleter]) and answer a ping ([Pinger]); a
-// [Topic] may tell a stored record's ID ([RecordIDer]); a [Group] may send
+// [Topic] may tell a stored record's ID ([RecordIDer]) and take records
+// to confirm later ([AsyncAppender]); a [Group] may send
 // its dead letters back to itself ([Redriver]), discard them
 // ([DeadLetterDiscarder]) and read the newest alone ([DeadLetterReader]);
 // an engine may deliver batches ([BatchSubscriber]). The promises only
