@@ -14,7 +14,9 @@ import (
 
 // Pending is the outcome of one record published with Topic.PublishAsync:
 // where it was stored, or why it was not. It is resolved exactly once, and
-// never changes afterwards. Its methods are safe for concurrent use.
+// never changes afterwards. Its methods are safe for concurrent use. Only
+// PublishAsync and PublishValueAsync make one: a Pending declared as a
+// variable tells nothing.
 type Pending struct {
 	// A Pending is the one allocation of an asynchronous publish in
 	// memory, so it is kept to 16 bytes without pointers, which the
@@ -53,7 +55,7 @@ func (p *Pending) result() (Position, error) {
 // The states of a Pending. A Pending resolved when it is made is built
 // with its state zero: no atomic store on the publisher's path.
 const (
-	pendingResolved uint32 = iota // offset, partition and err are final
+	pendingResolved uint32 = iota // offset and partition are final, and failures has the error of a failed one
 	pendingOpen                   // not resolved, nobody waits
 	pendingWaited                 // not resolved, a channel in waiting
 )
