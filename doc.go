@@ -32,6 +32,22 @@
 // a lower cost per record, since each partition's lock and wake-up are
 // shared by the batch.
 //
+// PublishAsync does not wait for the engine's confirmation: it returns a
+// Pending that resolves once the record is stored or has failed, and Flush
+// waits for every record issued before it and says how many failed. A
+// partition stores asynchronous records in call order, and when one fails
+// the ones behind it fail too ([pubsub.ErrAborted]), so what it stored is a
+// prefix of what was issued. In memory a record is stored before
+// PublishAsync returns; on a remote engine (JetStream) many records are in
+// flight at once, up to [pubsub.WithMaxInFlight]:
+//
+//	for _, o := range batch {
+//		orders.PublishAsync(ctx, o.Customer, o) // or keep the *Pending to Wait on it
+//	}
+//	if err := orders.Flush(ctx); err != nil { // "3 records failed, the first: ..."
+//		return err
+//	}
+//
 // Consumers join named groups. Every group sees every record; inside a group
 // each partition, and so each record, goes to one consumer:
 //

@@ -329,6 +329,7 @@ func BenchmarkJetStream(b *testing.B) {
 		}
 		b.Run("impl=logbus/"+w.String(), func(b *testing.B) { runJS(b, w, logbusJS(1)) })
 		b.Run("impl=logbus-batch/"+w.String(), func(b *testing.B) { runJS(b, w, logbusJS(jsBatch)) })
+		b.Run("impl=logbus-async/"+w.String(), func(b *testing.B) { runJS(b, w, logbusJS(jsAsync)) })
 	}
 }
 
@@ -353,6 +354,11 @@ func BenchmarkJetStreamBacklog(b *testing.B) {
 // once, as the program's -batch peers do.
 const jsBatch = 64
 
+// jsAsync is the batch argument of the logbus-async rows: PublishAsync for
+// every record, and Flush (which waits for every Pending) where the raw
+// client waits for its PubAcks.
+const jsAsync = -1
+
 // logbusJS is logbus on its JetStream engine (module
 // github.com/logbus/logbus/jetstream): a publishing broker and a consuming
 // broker, each on a connection of its own, a topic of w.partitions
@@ -360,8 +366,10 @@ const jsBatch = 64
 // beyond the run so Block never waits), and a group of one consumer whose
 // handler returns the sink's error; a retry waits 5ms, as the raw
 // client's Nak does. With batch 1 it publishes with Publish, which waits
-// for each record's PubAck; otherwise with PublishBatch, batch records at
-// a time, whose PubAcks are awaited together.
+// for each record's PubAck; with jsAsync, with PublishAsync, Flush waiting
+// for every Pending (the default in-flight bound, 4096, as the raw
+// client's); otherwise with PublishBatch, batch records at a time, whose
+// PubAcks are awaited together.
 func logbusJS(batch int) jsImpl {
 	return func(b *testing.B, w jsWork, sink *jsSink) jsClient {
 		env, err := startNATS(true)
@@ -429,6 +437,14 @@ func logbusJS(batch int) jsImpl {
 				_, err := pub.Publish(ctx, key, payload)
 				return err
 			}
+			return c
+		}
+		if batch == jsAsync {
+			c.publish = func(key string, payload []byte) error {
+				pub.PublishAsync(ctx, key, payload)
+				return nil
+			}
+			c.flush = func() error { return pub.Flush(ctx) }
 			return c
 		}
 		entries := make([]pubsub.Entry[string, []byte], 0, batch)

@@ -31,7 +31,8 @@
 // engine without them still compiles and the typed layer says what it
 // does instead: an [Engine] may describe itself at once ([Snapshotter]),
 // delete groups and topics ([Deleter]) and answer a ping ([Pinger]); a
-// [Topic] may tell a stored record's ID ([RecordIDer]); a [Group] may send
+// [Topic] may tell a stored record's ID ([RecordIDer]) and take records
+// to confirm later ([AsyncAppender]); a [Group] may send
 // its dead letters back to itself ([Redriver]), discard them
 // ([DeadLetterDiscarder]) and read the newest alone ([DeadLetterReader]);
 // an engine may deliver batches ([BatchSubscriber]). The promises only
@@ -231,20 +232,26 @@ const (
 	Delete
 	// DiscardDeadLetters: the engine's groups are DeadLetterDiscarders.
 	DiscardDeadLetters
+	// GaplessAsync: what a partition stored of its asynchronous publishes
+	// is always a prefix of them in append order, whatever fails: once a
+	// record fails, none appended before its failure was reported is
+	// stored after it (see AsyncAppender). An engine that appends
+	// asynchronous records with AppendOne, one at a time, keeps it.
+	GaplessAsync
 
 	endCapabilities // one past the last bit: a new bit goes above, with its name in capabilityNames
 )
 
 // AllCapabilities is every capability this version of the package defines
 // (a test holds it to the bits above).
-const AllCapabilities Capabilities = 1<<16 - 1
+const AllCapabilities Capabilities = 1<<17 - 1
 
 // capabilityNames names each bit, by its position: the names String
 // gives, for skip messages and logs.
 var capabilityNames = [...]string{
 	"InjectedClock", "CustomIDs", "ExactBlock", "ReclaimOnCommit", "GiveBack", "VirtualTime", "Observed",
 	"StuckDetection", "Batches", "DropsOldest", "MaxAge", "MaxBytes", "Snapshots", "Redrive", "Delete",
-	"DiscardDeadLetters",
+	"DiscardDeadLetters", "GaplessAsync",
 }
 
 // String names the capabilities of c, joined by "|" in the order of their

@@ -38,6 +38,13 @@ var (
 	// ErrUnavailable: the engine cannot reach what it depends on (a lost
 	// connection, a server without quorum, a request that timed out).
 	ErrUnavailable = errors.New("engine unavailable")
+	// ErrAborted: an asynchronous publish that was not stored because a
+	// record ahead of it in its partition failed; the error wraps that
+	// record's error too (see AsyncAppender).
+	ErrAborted = errors.New("aborted: a record ahead of it in its partition failed")
+	// ErrOutcomeUnknown: a publish whose record was sent to the server but
+	// whose acknowledgement never came: it may or may not be stored.
+	ErrOutcomeUnknown = errors.New("outcome unknown: the record may have been stored")
 )
 
 // ErrAbandoned is returned by a handler that gives a delivery back without an

@@ -162,6 +162,17 @@
 //	                                        each ID for its duplicate window (2 minutes): about
 //	                                        100 bytes of its memory per record published in that
 //	                                        time (measured), and the ID's header is stored
+//	PublishAsync, Flush                   many records in flight per partition on the broker's
+//	                                        connection (WithMaxInFlight per topic), stored in call
+//	                                        order; a failure is recovered by asking the server
+//	                                        about each record in doubt (under its message ID) and
+//	                                        sending the first one not stored again, never after
+//	                                        a later one, so nothing is stored twice or reordered.
+//	                                        Not GaplessAsync: a record the server refuses while it
+//	                                        stores a later one (MaxBytes, room made between them)
+//	                                        leaves a gap, reported record by record. Every
+//	                                        Pending resolves within three request timeouts
+//	                                        of being sent (plus BlockTimeout under Block)
 //	Message.Created, MaxAge               the server's clock; WithClock is refused (ErrInvalid)
 //	Message.ID                            "<stream>-<sequence>"; WithIDs is refused (ErrInvalid)
 //	DropOldest                            discard-old; Dropped counts evictions while MaxAge is 0

@@ -62,6 +62,7 @@ func (o *opener) Open(ecfg engine.Config) (engine.Engine, error) {
 		topics: map[string]*topic{}, groups: map[groupKey]*group{}, retired: map[*group]bool{},
 		closing: make(chan struct{}), commits: make(chan struct{})}
 	e.handlerCtx, e.cancelHandlers = context.WithCancel(context.Background())
+	e.stopCtx, e.stopCancel = context.WithCancel(context.Background())
 	var id [6]byte
 	_, _ = rand.Read(id[:])
 	e.instance = hex.EncodeToString(id[:])
@@ -138,6 +139,19 @@ type eng struct {
 	epoch      atomic.Pointer[connEpoch]
 	status     chan nats.Status
 	statusDone chan struct{}
+
+	// Asynchronous publishing (async.go): every topic's pipes, by number;
+	// the subscription that reads their answers, made on first use; the
+	// context of their recoveries, which Close cancels, and the
+	// recoveries running.
+	pipesMu     sync.Mutex // serialises newPipes
+	pipes       atomic.Pointer[[]*pipeline]
+	replyMu     sync.Mutex // guards replySub and replyPrefix
+	replySub    *nats.Subscription
+	replyPrefix string
+	stopCtx     context.Context
+	stopCancel  context.CancelFunc
+	recoveries  sync.WaitGroup
 
 	// tail bounds, in Unix nanoseconds, the requests Close makes after
 	// its workers stopped (what was left, the snapshots), so that Close
@@ -412,6 +426,9 @@ func (e *eng) close(ctx context.Context) error {
 	e.state = engine.Draining
 	e.mu.Unlock()
 	close(e.closing)
+	// The typed layer waited for the records in flight (bounded by ctx):
+	// what is left is resolved now.
+	e.stopPipes()
 
 	drainErr := e.drain(ctx, true)
 	var stalled error

@@ -24,6 +24,7 @@ type topic struct {
 	streams []natsjs.Stream
 	counts  []partCounts
 	seen    []atomic.Pointer[streamSeen] // each partition's stream as last read from the server
+	pipes   []*pipeline                  // each partition's asynchronous publishes (async.go)
 	// deleted is set once DeleteTopic deleted the topic (in this broker,
 	// or found it deleted by another): every call then fails with
 	// ErrTopicNotFound.
@@ -98,6 +99,7 @@ func (e *eng) CreateTopic(ctx context.Context, name string, spec engine.TopicSpe
 	t := &topic{e: e, name: name, spec: spec, parts: spec.Partitions,
 		streams: make([]natsjs.Stream, spec.Partitions), counts: make([]partCounts, spec.Partitions),
 		seen: make([]atomic.Pointer[streamSeen], spec.Partitions)}
+	t.pipes = e.newPipes(t)
 	for p := range spec.Partitions {
 		s, err := e.createStream(ctx, t.streamConfig(p), false)
 		if err != nil {

@@ -33,7 +33,10 @@ import (
 // makes of one publish, so that a resend after a reconnect is stored once
 // (the server's duplicate window, two minutes by default) and the call
 // returns the offset of the copy the server kept.
-var ErrOutcomeUnknown = errors.New("outcome unknown: the record may have been stored")
+//
+// It is pubsub.ErrOutcomeUnknown (and engine.ErrOutcomeUnknown), the same
+// value under this package's name: errors.Is matches either.
+var ErrOutcomeUnknown = engine.ErrOutcomeUnknown
 
 // watchConnection makes the engine follow its connection's status: each
 // time the connection is lost a new epoch begins (connEpoch), so that a

@@ -119,11 +119,26 @@ func benchmarkOneProducer[V any](b *testing.B, values codec.Codec[V], value V, p
 	benchmarkOneProducerOf(b, values, value, partitions, groups, batch, false)
 }
 
+// asyncBatch is the batch argument that makes the one-producer scenarios
+// publish with PublishValueAsync, one record per call, and Flush at the
+// end.
+const asyncBatch = -1
+
 func benchmarkOneProducerOf[V any](b *testing.B, values codec.Codec[V], value V, partitions, groups, batch int, batches bool) {
 	br, topic, handled := benchTopicOf(b, values, partitions, groups, 1, batches)
 	ctx := context.Background()
 	b.ReportAllocs()
 	start := time.Now()
+	if batch == asyncBatch {
+		for b.Loop() {
+			topic.PublishValueAsync(ctx, value)
+		}
+		if err := topic.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		finish(b, br, handled, b.N, groups, start)
+		return
+	}
 	if batch > 1 {
 		vs := make([]V, batch)
 		for i := range vs {
@@ -153,7 +168,8 @@ var byteCodecs = []struct {
 }{{"bytes", codec.Bytes()}, {"raw", codec.RawBytes()}}
 
 // BenchmarkS1 is one producer → one partition → one group that acks,
-// publishing one record per call (batch=1) or 64 (batch=64).
+// publishing one record per call (batch=1) or 64 (batch=64); publish=async
+// is batch=1 with PublishValueAsync.
 func BenchmarkS1(b *testing.B) {
 	for _, c := range byteCodecs {
 		for _, batch := range []int{1, 64} {
@@ -161,6 +177,9 @@ func BenchmarkS1(b *testing.B) {
 				benchmarkOneProducer(b, c.codec, payload64, 1, 1, batch)
 			})
 		}
+		b.Run(fmt.Sprintf("codec=%s/batch=1/publish=async", c.name), func(b *testing.B) {
+			benchmarkOneProducer(b, c.codec, payload64, 1, 1, asyncBatch)
+		})
 	}
 	b.Run("codec=json/batch=1", func(b *testing.B) {
 		benchmarkOneProducer(b, codec.JSON[payloadJSON](), payloadJSON{Data: payload64}, 1, 1, 1)
@@ -168,7 +187,7 @@ func BenchmarkS1(b *testing.B) {
 }
 
 // BenchmarkS2 is one producer → one partition → four groups: each record is
-// appended once and read by all four.
+// appended once and read by all four. publish=async as in S1.
 func BenchmarkS2(b *testing.B) {
 	for _, c := range byteCodecs {
 		for _, batch := range []int{1, 64} {
@@ -176,17 +195,21 @@ func BenchmarkS2(b *testing.B) {
 				benchmarkOneProducer(b, c.codec, payload64, 1, 4, batch)
 			})
 		}
+		b.Run(fmt.Sprintf("codec=%s/batch=1/publish=async", c.name), func(b *testing.B) {
+			benchmarkOneProducer(b, c.codec, payload64, 1, 4, asyncBatch)
+		})
 	}
 }
 
 // BenchmarkS3 is four producers → four partitions → one group of four
 // consumers. Each producer publishes with its own key, one record per call
-// (batch=1) or 64 (batch=64).
+// (batch=1) or 64 (batch=64); publish=async is batch=1 with PublishAsync.
 func BenchmarkS3(b *testing.B) {
 	for _, c := range byteCodecs {
 		for _, batch := range []int{1, 64} {
 			b.Run(fmt.Sprintf("codec=%s/batch=%d", c.name, batch), func(b *testing.B) { benchmarkS3(b, c.codec, batch) })
 		}
+		b.Run(fmt.Sprintf("codec=%s/batch=1/publish=async", c.name), func(b *testing.B) { benchmarkS3(b, c.codec, asyncBatch) })
 	}
 }
 
@@ -203,16 +226,21 @@ func benchmarkS3Of(b *testing.B, values codec.Codec[[]byte], batch int, batches 
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
 		key := fmt.Sprintf("producer-%d", producers.Add(1))
-		entries := make([]pubsub.Entry[string, []byte], batch)
+		entries := make([]pubsub.Entry[string, []byte], max(batch, 1))
 		for i := range entries {
 			entries[i] = pubsub.Entry[string, []byte]{Key: key, Value: payload64}
 		}
 		n := int64(0)
 		for pb.Next() {
 			var err error
-			if batch > 1 {
+			switch {
+			case batch == asyncBatch:
+				topic.PublishAsync(ctx, key, payload64)
+				n++
+				continue
+			case batch > 1:
 				_, err = topic.PublishBatch(ctx, entries)
-			} else {
+			default:
 				_, err = topic.Publish(ctx, key, payload64)
 			}
 			if err != nil {
@@ -223,6 +251,9 @@ func benchmarkS3Of(b *testing.B, values codec.Codec[[]byte], batch int, batches 
 		}
 		published.Add(n)
 	})
+	if err := topic.Flush(context.Background()); err != nil {
+		b.Fatal(err)
+	}
 	finish(b, br, handled, int(published.Load()), 1, start)
 }
 

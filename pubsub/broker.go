@@ -25,7 +25,13 @@ type Broker struct {
 	obs  *observer           // nil when nothing observes the broker: no hook, logger or stuck watch
 	reg  registry            // the topics and groups made through it, for a Partial Snapshot
 
-	closing  atomic.Bool // the first Close call took it: that one logs and raises HookClose
+	// closing is set when the first Close begins: that call logs and
+	// raises HookClose, and from then on every publish fails with
+	// ErrClosed. stopping is closed right after, to wake PublishAsync
+	// calls waiting for the in-flight bound.
+	closing  atomic.Bool
+	stopping chan struct{}
+	inFlight inFlight // the topics whose engine confirms PublishAsync's records later
 	closeMu  sync.Mutex
 	closeErr [2]error // the engine's Close error and what Close made of it, so every Close returns the same value
 }
@@ -162,7 +168,7 @@ func NewBroker(opts ...BrokerOption) *Broker {
 		}
 		obs, err = nil, fail(err, "new broker")
 	}
-	b := &Broker{eng: eng, caps: eng.Capabilities(), err: err, obs: obs}
+	b := &Broker{eng: eng, caps: eng.Capabilities(), err: err, obs: obs, stopping: make(chan struct{})}
 	if obs != nil {
 		for _, h := range obs.newBroker {
 			obs.safely(h, "new broker", func() { h.OnNewBroker(b) })
@@ -205,7 +211,11 @@ func (b *Broker) State() State {
 	if b.eng == nil {
 		panic(errNoBroker)
 	}
-	return State(b.eng.State())
+	s := State(b.eng.State())
+	if s == Running && b.closing.Load() { // Close waits for PublishAsync's records before the engine's Close
+		s = Draining
+	}
+	return s
 }
 
 // check reports a nil context or a Broker that NewBroker did not make.
@@ -221,7 +231,9 @@ func (b *Broker) check(ctx context.Context) error {
 
 // Drain blocks until every group has committed every record published
 // before the call, and returns nil. It is the barrier tests wait on instead
-// of sleeping: it is woken by commits and never polls.
+// of sleeping: it is woken by commits and never polls. Records that
+// PublishAsync returned before the call count: Drain first waits for them
+// to resolve (stored, or failed), then for the groups.
 //
 // Drain never returns nil while a group has lag. A group with lag that
 // cannot make progress (paused, or whose consumers have all left) makes it
@@ -235,14 +247,21 @@ func (b *Broker) Drain(ctx context.Context) error {
 	if err := b.check(ctx); err != nil {
 		return fail(err, "drain")
 	}
+	if err := b.inFlight.wait(ctx); err != nil {
+		return fail(err, "drain")
+	}
 	return fail(b.eng.Drain(ctx), "drain")
 }
 
 // Close shuts the broker down gracefully. It refuses new publishes, topics
 // and subscriptions with ErrClosed, and fails producers blocked on a full
-// partition with ErrClosed; drains the groups that can make progress,
-// bounded by ctx; stops every worker and waits for it; closes every
-// Stream's channel; and sets the state to Stopped.
+// partition (or waiting at a topic's WithMaxInFlight bound) with
+// ErrClosed; waits for the records PublishAsync has in flight to be stored
+// or to fail on their own account, bounded by ctx (it does not refuse
+// them; when ctx ends first, the engine resolves those left, with errors
+// wrapping ErrClosed); drains the groups that can make progress, bounded
+// by ctx; stops every worker and waits for it; closes every Stream's
+// channel; and sets the state to Stopped (Draining from its start).
 //
 // Close returns by the time ctx ends, plus at most 10ms: when ctx ends it
 // cancels the context handlers were given and gives them those 10ms to
@@ -268,10 +287,17 @@ func (b *Broker) Close(ctx context.Context) error {
 	}
 	first := b.closing.CompareAndSwap(false, true)
 	var began time.Time
-	if first && b.obs != nil {
-		began = time.Now()
-		b.obs.logAttrs(ctx, slog.LevelInfo, "logbus: closing")
+	if first {
+		close(b.stopping)
+		if b.obs != nil {
+			began = time.Now()
+			b.obs.logAttrs(ctx, slog.LevelInfo, "logbus: closing")
+		}
 	}
+	// The records PublishAsync handed to the engine are stored, or fail on
+	// their own account, before the engine refuses anything: when ctx
+	// ends first, the engine's Close resolves those left.
+	_ = b.inFlight.wait(ctx)
 	err := b.eng.Close(ctx)
 	b.closeMu.Lock()
 	if err != b.closeErr[0] || b.closeErr[1] == nil {

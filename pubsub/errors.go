@@ -35,7 +35,9 @@ var (
 	ErrClosed = engine.ErrClosed
 	// ErrBackpressure is returned by Publish when a Block partition stayed
 	// full for the whole BlockTimeout. Nothing was appended. The message
-	// names the group holding the oldest record.
+	// names the group holding the oldest record. A PublishAsync that waited
+	// BlockTimeout at its topic's WithMaxInFlight bound resolves with it
+	// too, naming the bound.
 	ErrBackpressure = engine.ErrBackpressure
 	// ErrOffsetOutOfRange is returned by Seek for an offset below the earliest
 	// retained record or past the end of the partition.
@@ -65,6 +67,19 @@ var (
 	// a request that timed out. Such an error also wraps the engine's own.
 	// Broker.Ping reports it; the in-memory engine never returns it.
 	ErrUnavailable = engine.ErrUnavailable
+	// ErrAborted is wrapped by the error of a record published with
+	// PublishAsync that was not stored because a record ahead of it in
+	// its partition failed; the error wraps that record's cause too
+	// (ErrBackpressure, say), except ErrOutcomeUnknown: an aborted record
+	// was not stored. See Topic.PublishAsync.
+	ErrAborted = engine.ErrAborted
+	// ErrOutcomeUnknown is wrapped by the error of a publish whose record
+	// a remote engine sent but whose confirmation never came (a lost
+	// connection, a server that did not answer within the engine's
+	// bound): the record may or may not be stored. Publishing it again
+	// may store it twice. Every other failed publish stored nothing. The
+	// in-memory engine never returns it.
+	ErrOutcomeUnknown = engine.ErrOutcomeUnknown
 )
 
 // DecodeError is the error of a dead letter whose value the topic's codec

@@ -113,3 +113,11 @@ func (h *HookCalls) OnStuck(e StuckEvent) {
 		h.called("OnStuck returned")
 	}
 }
+
+// FailuresKept is how many failed Pendings' errors are kept (see
+// failures).
+func FailuresKept() int {
+	n := 0
+	failures.Range(func(any, any) bool { n++; return true })
+	return n
+}

@@ -17,7 +17,9 @@ import (
 //
 //   - Hooks are called synchronously, on the goroutine where the event
 //     happened: the publisher's for publish and backpressure events (and
-//     drops and expiries a publish causes), the partition's worker for
+//     drops and expiries a publish causes; HookPublished of an
+//     asynchronous publish comes from whoever resolves it, see there),
+//     the partition's worker for
 //     delivery, retry, dead-letter and skip events (and expiries a read
 //     causes), the caller's for rebalance, close and new-broker events,
 //     the stuck-handler watchdog's for stuck events, the engine's own for
@@ -27,10 +29,10 @@ import (
 //   - Hooks are called outside every lock of the broker, so they may call
 //     the broker's read methods (Snapshot, Stats, Lag, Committed,
 //     Assignment, DeadLetters) and Publish to a topic that does not block.
-//     They must not call Close, Drain, Leave, Pause, Seek, Replay or
-//     Redrive without a ctx deadline: those wait for deliveries in flight,
-//     perhaps the very one a hook runs in, or for the watchdog a stuck
-//     hook runs on.
+//     They must not call Close, Drain, Flush, Leave, Pause, Seek, Replay
+//     or Redrive without a ctx deadline: those wait for deliveries or
+//     records in flight, perhaps the very one a hook runs in, or for the
+//     watchdog a stuck hook runs on.
 //   - Hooks must be safe for concurrent use: different partitions raise
 //     events at the same time.
 //   - A panicking hook is recovered: the panic is logged at Error with
@@ -91,7 +93,15 @@ type HookPublish interface {
 
 // HookPublished is called once the append of a record that HookPublish saw
 // returned: with where it landed, or with the error (ErrBackpressure,
-// ErrClosed, ctx's error) that kept it out of the log.
+// ErrClosed, ctx's error) that kept it out of the log. For a record of
+// Topic.PublishAsync it is called when the record resolves, stored or
+// failed (ErrAborted, ErrOutcomeUnknown included), before its Pending's
+// Done closes, on the goroutine that resolves it: the publisher's when
+// the engine stores records at once (in memory), an engine goroutine when
+// it confirms them later (JetStream), where a slow hook delays the
+// outcomes of the records behind it. So every failure of an asynchronous
+// publish that got this far reaches it, whether or not anyone waits on
+// its Pending.
 type HookPublished interface {
 	OnPublished(ctx context.Context, p *PublishInfo, pos Position, err error)
 }

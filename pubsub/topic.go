@@ -37,6 +37,8 @@ type Topic[K, V any] struct {
 	mu     sync.Mutex           // guards groups
 	groups map[string]*Group[V] // the typed handle of each group, so Subscribe returns the same one
 
+	async *asyncState // PublishAsync's records and failures, for Flush
+
 	// deleted is set by Broker.DeleteTopic: Subscribe, Stream and
 	// SubscribeBatch, which name the topic to the engine, must not reach a
 	// topic created again under the name.
@@ -51,7 +53,10 @@ func (t *Topic[K, V]) forgetGroup(name string) {
 	delete(t.groups, name)
 }
 
-func (t *Topic[K, V]) markDeleted() { t.deleted.Store(true) }
+func (t *Topic[K, V]) markDeleted() {
+	t.deleted.Store(true)
+	t.b.inFlight.remove(t.async) // its records in flight fail: Drain and Close have nothing to wait for
+}
 
 // errDeleted is the error of a call on the handle of a deleted topic.
 func (t *Topic[K, V]) errDeleted() error {
@@ -66,7 +71,10 @@ type topicConfig struct {
 	engine.TopicSpec
 	partitionsSet bool
 	partitioner   Partitioner
-	err           error // the first invalid option, reported by NewTopic
+	// maxInFlight bounds PublishAsync (WithMaxInFlight); 0 until set.
+	maxInFlight    int
+	maxInFlightSet bool
+	err            error // the first invalid option, reported by NewTopic
 }
 
 // invalid records err unless an earlier option was invalid already.
@@ -242,6 +250,12 @@ func NewTopic[K, V any](b *Broker, name string, keys codec.Codec[K], values code
 	if cfg.partitionsSet && cfg.Partitions < 1 {
 		return nil, fail(fmt.Errorf("%w: %d partitions, want at least 1", ErrInvalid, cfg.Partitions), "new topic %q", name)
 	}
+	if cfg.maxInFlightSet && cfg.maxInFlight < 1 {
+		return nil, fail(fmt.Errorf("%w: WithMaxInFlight(%d), want at least 1", ErrInvalid, cfg.maxInFlight), "new topic %q", name)
+	}
+	if !cfg.maxInFlightSet {
+		cfg.maxInFlight = DefaultMaxInFlight
+	}
 	if cfg.partitioner == nil {
 		cfg.partitioner = KeyHash()
 	}
@@ -253,8 +267,11 @@ func NewTopic[K, V any](b *Broker, name string, keys codec.Codec[K], values code
 		return nil, fail(err, "new topic %q", name)
 	}
 	topic := &Topic[K, V]{b: b, eng: t, keys: keys, values: values, partitioner: cfg.partitioner, partitions: t.Partitions(),
-		maxBytes: cfg.Retention.MaxBytes, groups: make(map[string]*Group[V])}
+		maxBytes: cfg.Retention.MaxBytes, groups: make(map[string]*Group[V]), async: newAsyncState(t, cfg)}
 	b.reg.addTopic(t, topic)
+	if topic.async.app != nil {
+		b.inFlight.add(topic.async)
+	}
 	topic.keyAppender, _ = keys.(codec.Appender[K])
 	topic.valueAppender, _ = values.(codec.Appender[V])
 	return topic, nil
@@ -297,7 +314,8 @@ func WithHeaders(h map[string]string) PublishOption { return headersOption(h) }
 // each group in the order they were published.
 //
 // Publish returns as soon as the record is in the log; it does not wait for
-// delivery. It blocks only when the partition is full and the topic's
+// delivery (nor, after PublishAsync calls, for anything but the records
+// ahead of it in its partition: see PublishAsync's order). It blocks only when the partition is full and the topic's
 // retention says Block: then it waits for room, at most BlockTimeout and
 // never past ctx, and fails with ErrBackpressure or ctx's error. A value or
 // key the codec cannot encode fails with the codec's error. After Close
@@ -323,31 +341,62 @@ func (t *Topic[K, V]) PublishValue(ctx context.Context, value V, opts ...Publish
 // publish encodes value into rec, whose key is set, routes it and
 // publishes it.
 func (t *Topic[K, V]) publish(ctx context.Context, rec *engine.Record, value V, opts []PublishOption) (Position, error) {
+	p, err := t.prepare(ctx, rec, value, opts)
+	if err == nil {
+		var pos Position
+		if pos, err = t.appendOne(ctx, p, rec); err == nil {
+			return pos, nil
+		}
+	}
+	return noPosition, fail(err, "publish to topic %q", t.Name())
+}
+
+// prepare encodes value into rec, whose key is set, applies opts and
+// routes rec: the part of a publish that fails alike on every engine. It
+// returns rec's partition.
+func (t *Topic[K, V]) prepare(ctx context.Context, rec *engine.Record, value V, opts []PublishOption) (int, error) {
 	if err := t.encodeValue(rec, value); err != nil {
-		return noPosition, fail(err, "publish to topic %q", t.Name())
+		return 0, err
 	}
 	if ctx == nil {
-		return noPosition, fail(errNilContext, "publish to topic %q", t.Name())
+		return 0, errNilContext
 	}
 	if len(opts) > 0 {
 		cfg, err := applyPublishOptions(opts)
 		if err != nil {
-			return noPosition, fail(err, "publish to topic %q", t.Name())
+			return 0, err
 		}
 		rec.Headers = maps.Clone(cfg.headers)
 	}
-	p, err := t.route(rec)
-	if err != nil {
-		return noPosition, fail(err, "publish to topic %q", t.Name())
-	}
+	return t.route(rec)
+}
+
+// appendOne appends rec to partition p and waits for the engine to store
+// it, raising the publish hooks around it when there are any. Its error
+// is the engine's, without the "logbus: publish" prefix.
+func (t *Topic[K, V]) appendOne(ctx context.Context, p int, rec *engine.Record) (Position, error) {
 	if o := t.b.obs; o != nil && o.publishes {
 		return t.publishObserved(ctx, o, p, rec)
 	}
-	offset, err := t.eng.AppendOne(ctx, p, rec)
+	offset, err := t.appendEngine(ctx, p, rec)
 	if err != nil {
-		return noPosition, fail(err, "publish to topic %q", t.Name())
+		return noPosition, err
 	}
 	return Position{Partition: p, Offset: offset}, nil
+}
+
+// appendEngine is the engine's AppendOne, refused once Close began (the
+// engine refuses publishes only once its own Close begins, after the
+// broker's waited for the records PublishAsync has in flight), and made
+// after the partition's asynchronous records ahead of it resolved.
+func (t *Topic[K, V]) appendEngine(ctx context.Context, p int, rec *engine.Record) (int64, error) {
+	if t.b.closing.Load() {
+		return 0, ErrClosed
+	}
+	if err := t.async.waitPartition(ctx, p); err != nil {
+		return 0, err
+	}
+	return t.eng.AppendOne(ctx, p, rec)
 }
 
 // publishObserved is the end of publish when publish hooks exist: they
@@ -357,14 +406,16 @@ func (t *Topic[K, V]) publishObserved(ctx context.Context, o *observer, p int, r
 	hctx := o.onPublish(ctx, &info)
 	rec.Headers, info.Key = info.Headers, nil // the record is the engine's once appended
 	pos := Position{Partition: p}
-	var err error
-	if pos.Offset, err = t.eng.AppendOne(ctx, p, rec); err != nil {
-		pos, err = noPosition, fail(err, "publish to topic %q", t.Name())
-	} else {
-		info.ID = t.recordID(pos)
+	offset, err := t.appendEngine(ctx, p, rec)
+	if err != nil {
+		pos = noPosition
+		o.onPublished(hctx, &info, pos, fail(err, "publish to topic %q", t.Name()))
+		return pos, err
 	}
-	o.onPublished(hctx, &info, pos, err)
-	return pos, err
+	pos.Offset = offset
+	info.ID = t.recordID(pos)
+	o.onPublished(hctx, &info, pos, nil)
+	return pos, nil
 }
 
 // recordID is the ID of the record stored at pos, when the engine can
@@ -506,7 +557,12 @@ func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int
 			rec.Headers, infos[i].Key = infos[i].Headers, nil
 		}
 	}
-	stored, err := t.eng.AppendBatch(ctx, partitions, recs, offsets)
+	stored, err := 0, error(ErrClosed) // see appendEngine
+	if !t.b.closing.Load() {
+		if err = t.async.wait(ctx); err == nil {
+			stored, err = t.eng.AppendBatch(ctx, partitions, recs, offsets)
+		}
+	}
 	for i := range stored {
 		positions[i].Offset = offsets[i]
 	}

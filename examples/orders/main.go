@@ -16,7 +16,9 @@
 // a group in publish order, failures are retried with backoff and then
 // dead-lettered without blocking the partition for good, a group can replay
 // what it already read, Close drains before it stops, and Close returns at its
-// deadline even when a handler ignores its context.
+// deadline even when a handler ignores its context. Last, it publishes
+// asynchronously (PublishAsync, Flush) into a partition an offline group
+// keeps full.
 //
 // The output is the same on every run: handlers only record what they see,
 // and everything is printed from main after Broker.Drain, sorted wherever the
@@ -118,6 +120,9 @@ func main() {
 	section("shutdown")
 	shutdown(b, orders, shipping)
 
+	section("publishing asynchronously")
+	publishAsync()
+
 	section("a shutdown whose deadline passes")
 	shutdownPastDeadline()
 }
@@ -188,6 +193,73 @@ func shutdown(b *pubsub.Broker, orders *pubsub.Topic[string, Order], shipping *p
 	}
 	fmt.Println("publish after Close: refused with ErrClosed")
 	fmt.Printf("dead letters kept by shipping: %d\n", len(shipping.DeadLetters()))
+}
+
+// publishAsync publishes receipts with PublishAsync, which does not wait
+// for the engine to confirm each one, and checks them all at once with
+// Flush. The printer group is paused, as if the printer were offline, so
+// the partition (3 records, Block) fills up and the last two receipts fail
+// with ErrBackpressure after its 20ms BlockTimeout.
+func publishAsync() {
+	ctx := context.Background()
+	b := pubsub.NewBroker()
+	defer b.Close(ctx)
+	receipts, err := pubsub.NewTopic(b, "receipts", codec.String(), codec.String(),
+		pubsub.WithRetention(pubsub.Retention{MaxMessages: 3, BlockTimeout: 20 * time.Millisecond}))
+	check(err)
+	printed := &counter{}
+	printer, err := receipts.Subscribe("printer", "printer-1", pubsub.HandlerFunc[string](
+		func(context.Context, pubsub.Message[string]) error { printed.add(); return nil }))
+	check(err)
+	check(printer.Pause(ctx)) // the printer is offline: nothing it holds is freed
+
+	var pending []*pubsub.Pending
+	for i := 1; i <= 5; i++ {
+		pending = append(pending, receipts.PublishValueAsync(ctx, fmt.Sprintf("receipt %d", i)))
+	}
+	err = receipts.Flush(ctx) // waits for every receipt published before it
+	fmt.Printf("Flush: %v\n", err)
+	fmt.Printf("  errors.Is(err, pubsub.ErrBackpressure) = %v\n", errors.Is(err, pubsub.ErrBackpressure))
+	for i, p := range pending {
+		pos, err := p.Wait(ctx) // resolved already: Flush waited for it
+		switch {
+		case err == nil:
+			fmt.Printf("receipt %d -> offset %d\n", i+1, pos.Offset)
+		case errors.Is(err, pubsub.ErrBackpressure):
+			fmt.Printf("receipt %d -> not stored: ErrBackpressure\n", i+1)
+		default:
+			log.Fatalf("receipt %d: %v", i+1, err)
+		}
+	}
+	fmt.Printf("Flush again: %v (each failure is reported once)\n", receipts.Flush(ctx))
+	fmt.Println("  records of a partition are stored in call order; on an engine with")
+	fmt.Println("  records in flight (JetStream) the ones behind a failure fail too, with ErrAborted")
+
+	check(printer.Resume(ctx))
+	for i := 4; i <= 5; i++ {
+		receipts.PublishValueAsync(ctx, fmt.Sprintf("receipt %d", i)) // published again
+	}
+	check(receipts.Flush(ctx))
+	check(b.Drain(ctx)) // waits for records in flight too, then for the groups
+	fmt.Printf("the printer, back online, printed %d receipts\n", printed.load())
+}
+
+// counter counts deliveries, from any partition's handler.
+type counter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *counter) add() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+}
+
+func (c *counter) load() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
 }
 
 // shutdownPastDeadline shows what Close does with a handler that ignores

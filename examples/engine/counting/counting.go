@@ -77,11 +77,13 @@ func (d *Driver) Open(cfg engine.Config) (engine.Engine, error) {
 
 // forwarded is every capability this decorator keeps when the engine it
 // wraps does: the promises about records and time it passes on untouched,
-// and those of the optional interfaces it forwards.
+// and those of the optional interfaces it forwards. (GaplessAsync too:
+// its topics are no engine.AsyncAppender, so asynchronous publishes come
+// through AppendOne, one at a time.)
 const forwarded = engine.InjectedClock | engine.CustomIDs | engine.ExactBlock | engine.ReclaimOnCommit |
 	engine.GiveBack | engine.VirtualTime | engine.Observed | engine.StuckDetection | engine.Batches |
 	engine.DropsOldest | engine.MaxAge | engine.MaxBytes | engine.Snapshots | engine.Redrive |
-	engine.Delete | engine.DiscardDeadLetters
+	engine.Delete | engine.DiscardDeadLetters | engine.GaplessAsync
 
 // eng is one decorated engine.
 type eng struct {

@@ -44,7 +44,7 @@ type Engine struct {
 // API only: per-key ordering, consumer groups, at-least-once delivery,
 // retries and dead letters, retention and backpressure, start positions,
 // seek and replay, pause, Drain, Close, streams, batch consumers, the
-// error contract and typed keys. An engine author calls it from a test:
+// error contract, typed keys and asynchronous publishing. An engine author calls it from a test:
 //
 //	func TestConformance(t *testing.T) {
 //		conformance.RunConformance(t, conformance.Engine{
@@ -194,5 +194,6 @@ func conformanceGroups() []confGroup {
 		{"Typed keys", keyCases()},
 		{"Observability", observeCases()},
 		{"Deleting, discarding and Ping", deleteCases()},
+		{"Asynchronous publishing", asyncCases()},
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/logbus/logbus/engine"
+	"github.com/logbus/logbus/internal/asyncfake"
 	"github.com/logbus/logbus/pubsub"
 	"github.com/logbus/logbus/pubsub/pubsubtest"
 	"github.com/logbus/logbus/pubsub/pubsubtest/conformance"
@@ -131,3 +132,16 @@ type lesserEngine struct {
 }
 
 func (l lesserEngine) Capabilities() engine.Capabilities { return l.caps }
+
+// The in-memory engine made to confirm records later, as a remote engine
+// does (internal/asyncfake), keeps every promise too: it runs the typed
+// layer's asynchronous path (records in flight, Flush, Drain and Close
+// waiting for them) under the whole suite.
+func TestConformanceConfirmingLater(t *testing.T) {
+	conformance.RunConformance(t, conformance.Engine{
+		Name: "memory, confirming later",
+		NewBroker: func(tb testing.TB, opts ...pubsub.BrokerOption) *pubsub.Broker {
+			return pubsubtest.NewBroker(tb, append(opts, pubsub.WithEngine(&asyncfake.Driver{}))...)
+		},
+	})
+}

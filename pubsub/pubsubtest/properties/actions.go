@@ -136,6 +136,106 @@ func (m *machine) PublishBatch(t *rapid.T) {
 	m.recordPublish(t, results)
 }
 
+// PublishAsync publishes a run of records with PublishAsync (and
+// PublishValueAsync for keyless ones) from one goroutine, then Flushes,
+// and checks against the model: every Pending resolves exactly once (Done
+// closed, Wait the same twice); the records of a partition that were
+// stored got increasing offsets in call order (density is recordPublish's);
+// in a partition, a record issued while an earlier one that failed was
+// still unresolved is not stored (the prefix rule); the first failure of
+// a partition carries its own cause (ErrBackpressure), not ErrAborted;
+// and Flush says how many failed and wraps the first.
+func (m *machine) PublishAsync(t *rapid.T) {
+	n := rapid.IntRange(1, 8).Draw(t, "asyncRun")
+	type item struct {
+		key     string
+		job     job
+		pd      *pubsub.Pending
+		created time.Time
+		// open lists the earlier items still unresolved when this one was
+		// issued.
+		open []int
+	}
+	ctx := context.Background()
+	items := make([]item, n)
+	for i := range items {
+		it := &items[i]
+		it.key = rapid.SampledFrom(append([]string{""}, m.keys...)).Draw(t, "key")
+		it.job = m.drawJob(t)
+		for k := range i {
+			select {
+			case <-items[k].pd.Done():
+			default:
+				it.open = append(it.open, k)
+			}
+		}
+		it.created = time.Now() // as for Publish: nothing moves time before the engine reads the clock
+		if it.key == "" {
+			it.pd = m.topic.PublishValueAsync(ctx, it.job)
+		} else {
+			it.pd = m.topic.PublishAsync(ctx, it.key, it.job)
+		}
+	}
+	flushErr := m.topic.Flush(ctx)
+	var results []publishResult
+	var failures int
+	var firstErr error
+	firstFailure := map[int]int{} // partition -> the item that failed first in it (keyed items only)
+	lastOffset := map[int]int64{}
+	for i, it := range items {
+		select {
+		case <-it.pd.Done():
+		default:
+			t.Fatalf("async: seq %d unresolved after Flush", it.job.Seq)
+		}
+		pos, err := it.pd.Wait(ctx)
+		if pos2, err2 := it.pd.Wait(ctx); pos2 != pos || err2 != err {
+			t.Fatalf("async: seq %d resolved as %v, %v, then as %v, %v", it.job.Seq, pos, err, pos2, err2)
+		}
+		p := -1
+		if it.key != "" {
+			p = pubsub.KeyHash().Partition([]byte(it.key), m.partitions)
+		}
+		r := publishResult{key: it.key, job: it.job, pos: pos, err: err, created: it.created}
+		if err != nil {
+			failures++
+			if firstErr == nil {
+				firstErr = err
+			}
+			if p >= 0 {
+				if _, ok := firstFailure[p]; !ok {
+					firstFailure[p] = i
+					if errors.Is(err, pubsub.ErrAborted) {
+						t.Fatalf("async: seq %d, the first of partition %d to fail, failed with ErrAborted: %v", it.job.Seq, p, err)
+					}
+				}
+			}
+			// An aborted record never waited for room: it is not one of the
+			// topic's TimedOut publishes.
+			r.unattempted = errors.Is(err, pubsub.ErrAborted)
+			results = append(results, r)
+			continue
+		}
+		if last, ok := lastOffset[pos.Partition]; ok && pos.Offset <= last {
+			t.Fatalf("async: seq %d stored at %v, before an earlier record of its partition (offset %d): not call order", it.job.Seq, pos, last)
+		}
+		lastOffset[pos.Partition] = pos.Offset
+		if f, ok := firstFailure[pos.Partition]; ok && slices.Contains(it.open, f) {
+			t.Fatalf("async: seq %d stored at %v although seq %d of its partition failed and was unresolved when it was issued: not a prefix",
+				it.job.Seq, pos, items[f].job.Seq)
+		}
+		results = append(results, r)
+	}
+	switch {
+	case failures == 0 && flushErr != nil:
+		t.Fatalf("async: Flush returned %v, but every record was stored", flushErr)
+	case failures > 0 && (flushErr == nil || !errors.Is(flushErr, firstErr) && !errors.Is(flushErr, errors.Unwrap(firstErr)) ||
+		!strings.Contains(flushErr.Error(), fmt.Sprint(failures))):
+		t.Fatalf("async: %d records failed, the first with %v; Flush returned %v", failures, firstErr, flushErr)
+	}
+	m.recordPublish(t, results)
+}
+
 func (m *machine) publish(key string, j job) (pubsub.Position, error) {
 	if key == "" {
 		return m.topic.PublishValue(context.Background(), j)
