@@ -3,16 +3,9 @@ package kit
 import (
 	"fmt"
 	"hash/maphash"
-)
 
-// WindowSize is how many records a partition with key concurrency n may
-// hold read and unsettled at once (the window, see KeyWindow):
-// max(64, 16n). A slow key lets the other keys run up to that many
-// records ahead of it, then the partition waits for it. 16 records per
-// handler keeps n handlers busy while a few keys hold records back; 64
-// is the floor the contract promises (pubsub.WithKeyConcurrency states
-// it).
-func WindowSize(n int) int { return max(64, 16*n) }
+	"github.com/logbus/logbus/engine"
+)
 
 // KeyWindow is the policy of key-level concurrency in one partition of one
 // group, the same for every engine: which records may start, and how far
@@ -34,7 +27,7 @@ func WindowSize(n int) int { return max(64, 16*n) }
 //   - the committed offset (Committed) is the lowest unsettled offset, or
 //     the end when everything read has settled: it reaches it, and never
 //     passes an unsettled record;
-//   - no more than WindowSize(n) records lie between the committed offset
+//   - no more than engine.KeyWindowSize(n) records lie between the committed offset
 //     and the end (Room): a record that stays unsettled stops the reading
 //     that far past it.
 //
@@ -83,7 +76,7 @@ func NewKeyWindow(n int, start int64) *KeyWindow {
 	if n < 1 {
 		panic(fmt.Sprintf("kit: NewKeyWindow(%d): n must be at least 1", n))
 	}
-	w := &KeyWindow{n: n, seed: maphash.MakeSeed(), slots: make([]keySlot, WindowSize(n)), tails: make(map[uint64]int64)}
+	w := &KeyWindow{n: n, seed: maphash.MakeSeed(), slots: make([]keySlot, engine.KeyWindowSize(n)), tails: make(map[uint64]int64)}
 	w.Reset(start)
 	return w
 }
@@ -104,7 +97,7 @@ func (w *KeyWindow) Committed() int64 { return w.base }
 // End is the offset of the next record to Add.
 func (w *KeyWindow) End() int64 { return w.end }
 
-// Room is how many records may be added now: WindowSize(n) minus the
+// Room is how many records may be added now: engine.KeyWindowSize(n) minus the
 // records from Committed to End.
 func (w *KeyWindow) Room() int { return len(w.slots) - int(w.end-w.base) }
 

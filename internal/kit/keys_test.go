@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/logbus/logbus/engine"
 )
 
 // keyModel is the simple model of a KeyWindow: every record added since
@@ -93,7 +95,7 @@ type keyMachine struct {
 }
 
 func (k *keyMachine) Add(t *rapid.T) {
-	if int(k.m.end()-k.m.committed()) >= WindowSize(k.m.n) {
+	if int(k.m.end()-k.m.committed()) >= engine.KeyWindowSize(k.m.n) {
 		if k.w.Room() != 0 {
 			t.Fatalf("Room: %d, want 0 with %d records from %d to %d", k.w.Room(), k.m.end()-k.m.committed(), k.m.committed(), k.m.end())
 		}
@@ -177,7 +179,7 @@ func (k *keyMachine) Check(t *rapid.T) {
 	if got, want := k.w.End(), m.end(); got != want {
 		t.Fatalf("End: got %d, want %d", got, want)
 	}
-	if got, want := k.w.Room(), WindowSize(m.n)-int(m.end()-m.committed()); got != want {
+	if got, want := k.w.Room(), engine.KeyWindowSize(m.n)-int(m.end()-m.committed()); got != want {
 		t.Fatalf("Room: got %d, want %d", got, want)
 	}
 	if got, want := k.w.InFlight(), m.count(slotRunning); got != want || got > m.n {
@@ -224,11 +226,11 @@ func TestKeyWindowKeepsItsRules(t *testing.T) {
 func TestKeyWindowHoldsTheCommitAtASlowKey(t *testing.T) {
 	w := NewKeyWindow(4, 10)
 	w.Add([]byte("slow"), false)
-	for i := range WindowSize(4) - 1 {
+	for i := range engine.KeyWindowSize(4) - 1 {
 		w.Add(fmt.Appendf(nil, "k%d", i%8), false)
 	}
 	if w.Room() != 0 {
-		t.Fatalf("Room: %d, want 0 once the window holds %d records", w.Room(), WindowSize(4))
+		t.Fatalf("Room: %d, want 0 once the window holds %d records", w.Room(), engine.KeyWindowSize(4))
 	}
 	slow, _ := w.Next()
 	for {
@@ -242,8 +244,8 @@ func TestKeyWindowHoldsTheCommitAtASlowKey(t *testing.T) {
 		t.Fatalf("Committed %d, Unsettled %d, InFlight %d; want 10, 1, 1 while the slow key runs", w.Committed(), w.Unsettled(), w.InFlight())
 	}
 	w.Settle(slow)
-	if want := int64(10 + WindowSize(4)); w.Committed() != want || w.Room() != WindowSize(4) {
-		t.Fatalf("Committed %d, Room %d; want %d and %d", w.Committed(), w.Room(), want, WindowSize(4))
+	if want := int64(10 + engine.KeyWindowSize(4)); w.Committed() != want || w.Room() != engine.KeyWindowSize(4) {
+		t.Fatalf("Committed %d, Room %d; want %d and %d", w.Committed(), w.Room(), want, engine.KeyWindowSize(4))
 	}
 }
 
