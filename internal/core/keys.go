@@ -83,6 +83,7 @@ type keyedRec struct {
 	rec      *Record
 	attempts int  // attempts made on it, across workers
 	acked    bool // settled by an ack: counted as delivered once committed
+	skipped  bool // passed over, trimmed before it started: counted as skipped once committed
 }
 
 // keyJob is a delivery the worker hands to a handler goroutine.
@@ -178,7 +179,9 @@ func (l *keyLoop) run() {
 				}
 			} else {
 				l.read()
-				l.dispatch()
+				if l.dispatch() {
+					continue // it passed over trimmed records: the window moved, so read again
+				}
 			}
 		}
 		var bell, stop <-chan struct{}
@@ -245,8 +248,9 @@ func (l *keyLoop) read() {
 	}
 }
 
-// dispatch starts every record the window lets start.
-func (l *keyLoop) dispatch() {
+// dispatch starts every record the window lets start. It reports whether
+// it passed over records retention trimmed, which settles them at once.
+func (l *keyLoop) dispatch() (passed bool) {
 	w, win := l.w, l.k.win
 	part := w.gp.part
 	for {
@@ -257,17 +261,19 @@ func (l *keyLoop) dispatch() {
 		kr := l.slot(off)
 		if part.trimsUnread && off < part.trimmedBelow() {
 			// Trimmed before an attempt began (DropOldest evicted it while
-			// it waited in the window, or out a backoff): skipped and
-			// counted, as if it had never been read.
+			// it waited in the window, or out a backoff): passed over, and
+			// counted as skipped once the commit passes it, as if it had
+			// never been read.
+			kr.skipped = true
 			win.Settle(off)
-			w.g.skipped.Add(1)
-			w.observeSkip(off, off+1)
 			l.commit()
+			passed = true
 			continue
 		}
 		l.jobs <- keyJob{rec: kr.rec, attempt: kr.attempts + 1, id: w.recordID(kr.rec)}
 	}
 	l.show()
+	return passed
 }
 
 // result applies how a delivery ended, as deliver does for one record.
@@ -306,8 +312,11 @@ func (l *keyLoop) result(r keyResult) {
 }
 
 // commit moves the cursor to the window's committed offset, counting the
-// acks it passes as delivered. Once committed, a record may be reclaimed
-// and reused (see Record): the loop forgets it.
+// acks it passes as delivered and the records passed over as skipped (so
+// that, as without key concurrency, the counts are those of the offsets
+// committed; a seek discards the rest of the window uncounted). Once
+// committed, a record may be reclaimed and reused (see Record): the loop
+// forgets it.
 func (l *keyLoop) commit() {
 	w, win := l.w, l.k.win
 	cur, next := w.gp.cursor.Committed(), win.Committed()
@@ -315,10 +324,14 @@ func (l *keyLoop) commit() {
 		return
 	}
 	var acks uint64
+	var skips []int64 // the offsets passed over, in order
 	for o := cur; o < next; o++ {
 		kr := l.slot(o)
 		if kr.acked {
 			acks++
+		}
+		if kr.skipped {
+			skips = append(skips, o)
 		}
 		*kr = keyedRec{}
 	}
@@ -331,6 +344,17 @@ func (l *keyLoop) commit() {
 	}
 	w.gp.acks += acks
 	w.readEnd = win.End()
+	if len(skips) > 0 {
+		w.g.skipped.Add(int64(len(skips)))
+		for i := 0; i < len(skips); { // one event per run of consecutive offsets
+			j := i + 1
+			for j < len(skips) && skips[j] == skips[j-1]+1 {
+				j++
+			}
+			w.observeSkip(skips[i], skips[j-1]+1)
+			i = j
+		}
+	}
 	w.committed(next)
 }
 

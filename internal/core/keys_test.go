@@ -191,3 +191,43 @@ func TestKeyConcurrencyIsRefusedToBatchConsumers(t *testing.T) {
 		GroupSpec{KeyConcurrency: 2}, BatchSpec{})
 	wantErr(t, err, ErrInvalid)
 }
+
+// Found by the property suite (TestQueueProperties): a worker that starts
+// with a window whose records were trimmed meanwhile, and finds the
+// records past the window trimmed too, passes over the window's records
+// as they come up and must then read on. It waited instead, for a bell no
+// append would ring: the window was empty and nothing was in flight.
+// Here: slow-2 waits behind slow-1 when the group pauses; six publishes
+// then trim both and the two records after them; on Resume, the window
+// holds slow-2 alone, trimmed, and the log starts past its end.
+func TestKeyedWorkerReadsOnAfterPassingOverTrimmedRecords(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{})
+		topic := mustTopic(t, b, "t", TopicSpec{Retention: Retention{MaxMessages: 4, OnFull: DropOldest}})
+		h := newSlowKey(t)
+		g := subscribeKeyed(t, b, "t", "g", 2, h.handle)
+		publish(t, topic, "slow", "slow-1")
+		publish(t, topic, "slow", "slow-2")
+		synctest.Wait()
+		paused := make(chan error, 1)
+		go func() { paused <- g.Pause(context.Background()) }() // returns once slow-1 ended
+		synctest.Wait()
+		close(h.release)
+		if err := <-paused; err != nil {
+			t.Fatalf("Pause: %v", err)
+		}
+		for _, v := range []string{"a", "b", "c", "d", "e", "f"} { // trims offsets 0 to 3
+			publish(t, topic, v, v)
+		}
+		if err := g.Resume(context.Background()); err != nil {
+			t.Fatalf("Resume: %v", err)
+		}
+		drain(t, b)
+		if got, want := sorted(h.acked), []string{"c", "d", "e", "f", "slow-1"}; !slices.Equal(got, want) {
+			t.Errorf("acked %q, want %q", got, want)
+		}
+		if s := g.Stats(); s.Skipped != 3 || s.Delivered != 5 {
+			t.Errorf("stats %+v, want 3 skipped (slow-2, a, b) and 5 delivered", s)
+		}
+	})
+}
