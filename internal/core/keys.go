@@ -174,7 +174,6 @@ func (l *keyLoop) run() {
 					if !w.redeliver() {
 						l.done = true // stopped, or the letter was given back
 					}
-					l.show()
 					continue
 				}
 			} else {
@@ -195,9 +194,20 @@ func (l *keyLoop) run() {
 				due = l.timer.C
 			}
 		}
+		l.show() // before waiting: what Snapshot and the watchdog see while nothing changes
 		select {
 		case r := <-l.results:
 			l.result(r)
+			// Take the other results already there too: one pass then
+			// reads, starts and shows for all of them.
+			for more := true; more; {
+				select {
+				case r := <-l.results:
+					l.result(r)
+				default:
+					more = false
+				}
+			}
 		case <-bell:
 			l.waiting = false
 		case <-due:
@@ -272,7 +282,6 @@ func (l *keyLoop) dispatch() (passed bool) {
 		}
 		l.jobs <- keyJob{rec: kr.rec, attempt: kr.attempts + 1, id: w.recordID(kr.rec)}
 	}
-	l.show()
 	return passed
 }
 
@@ -308,7 +317,6 @@ func (l *keyLoop) result(r keyResult) {
 		l.retryAfter(r.offset, delay)
 	}
 	l.commit()
-	l.show()
 }
 
 // commit moves the cursor to the window's committed offset, counting the

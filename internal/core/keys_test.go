@@ -2,10 +2,14 @@ package core
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
+
+	"github.com/logbus/logbus/engine"
 )
 
 // subscribeKeyed subscribes h to group on topic with key concurrency n.
@@ -228,6 +232,40 @@ func TestKeyedWorkerReadsOnAfterPassingOverTrimmedRecords(t *testing.T) {
 		}
 		if s := g.Stats(); s.Skipped != 3 || s.Delivered != 5 {
 			t.Errorf("stats %+v, want 3 skipped (slow-2, a, b) and 5 delivered", s)
+		}
+	})
+}
+
+// Snapshot's Running and OldestUnsettled say the same without key
+// concurrency: one delivery in flight at the committed offset, or none
+// (-1) once it settled; a record waiting out its backoff is unsettled,
+// not running.
+func TestSnapshotShowsTheUnsettledRecordOfAGroupOfOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, Config{Retry: RetryPolicy{MaxAttempts: 2, BaseDelay: time.Second}})
+		topic := mustTopic(t, b, "t", TopicSpec{})
+		release := make(chan struct{})
+		subscribe(t, b, "t", "g", "c1", func(_ context.Context, d *Delivery) error {
+			if d.Attempt == 1 {
+				<-release
+				return errors.New("boom")
+			}
+			return nil
+		})
+		publish(t, topic, "", "v")
+		part := func() engine.GroupPartitionSnapshot { return b.Snapshot().Topics[0].Groups[0].Partitions[0] }
+		synctest.Wait()
+		if p := part(); p.Running != 1 || p.OldestUnsettled != 0 || !p.InFlight {
+			t.Errorf("in flight: %+v, want 1 running at the oldest unsettled offset 0", p)
+		}
+		close(release)
+		synctest.Wait()
+		if p := part(); p.Running != 0 || p.OldestUnsettled != 0 || !p.Retrying {
+			t.Errorf("waiting out its backoff: %+v, want none running, the oldest unsettled offset 0", p)
+		}
+		drain(t, b)
+		if p := part(); p.Running != 0 || p.OldestUnsettled != -1 {
+			t.Errorf("drained: %+v, want none running and no unsettled offset (-1)", p)
 		}
 	})
 }
