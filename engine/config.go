@@ -304,9 +304,11 @@ func (c GroupSpec) Resolve(retry RetryPolicy) (GroupSpec, error) {
 }
 
 // Equal reports whether c and o configure a group the same way.
+// KeyConcurrency 0 and 1 are the same: a spec an engine stored before the
+// field existed still equals the one Resolve makes.
 func (c GroupSpec) Equal(o GroupSpec) bool {
 	return c.Retry == o.Retry && c.DeadLetterLimit == o.DeadLetterLimit && c.Start.Equal(o.Start) &&
-		c.KeyConcurrency == o.KeyConcurrency
+		max(1, c.KeyConcurrency) == max(1, o.KeyConcurrency)
 }
 
 // StartKind says how a Start picks an offset.
