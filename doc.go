@@ -96,6 +96,10 @@
 //     records are spread round robin and have no order across partitions.
 //   - A record being retried holds back the records behind it in its
 //     partition: retries never reorder a partition.
+//   - A group with [pubsub.WithKeyConcurrency] runs several records of a
+//     partition at once, never two with equal keys: per-key order holds,
+//     order across keys inside a partition does not, and a retry holds
+//     back only its key. Its doc says what else changes.
 //
 // # Delivery
 //

@@ -249,12 +249,32 @@ type GroupSpec struct {
 	Retry           RetryPolicy // zero: the broker's policy
 	DeadLetterLimit int         // dead letters kept, oldest evicted first; 0: DefaultDeadLetterLimit; NoDeadLetters: none
 	Start           Start       // where the group begins in every partition; zero: Earliest
+	// KeyConcurrency is how many records of one partition the group's
+	// consumer may handle at once, never two with equal keys (see the
+	// KeyConcurrency capability); 0 is 1, one at a time. At most
+	// MaxKeyConcurrency. An engine without the capability refuses a value
+	// above 1 with ErrInvalid (the typed layer refuses it first).
+	KeyConcurrency int
 }
+
+// MaxKeyConcurrency bounds GroupSpec.KeyConcurrency: 256 deliveries of
+// one partition at once, each with a goroutine of its own, and a window
+// of 4096 records (16 per delivery) that one slow key can hold back.
+const MaxKeyConcurrency = 256
+
+// KeyWindowSize is the window of a group with key concurrency n: how many
+// records of a partition, from its committed offset on, the group may
+// have read and not settled: max(64, 16n). A record that stays unsettled
+// (a slow handler, a retry's backoff) lets the other keys run up to that
+// many records past it; then the partition waits for it. 16 records per
+// delivery keep n deliveries busy while a few keys hold records back; 64
+// is the least the typed layer promises.
+func KeyWindowSize(n int) int { return max(64, 16*n) }
 
 // Resolve checks c and fills its zero fields as the group will use them:
 // Retry, when zero, is retry (the broker's policy, already resolved), and
 // is resolved otherwise; DeadLetterLimit 0 is DefaultDeadLetterLimit (and
-// NoDeadLetters stays as it is). It is where a group's configuration is
+// NoDeadLetters stays as it is); KeyConcurrency 0 is 1. It is where a group's configuration is
 // validated; two specs that resolve Equal configure the same group.
 func (c GroupSpec) Resolve(retry RetryPolicy) (GroupSpec, error) {
 	if c.Retry == (RetryPolicy{}) {
@@ -272,12 +292,23 @@ func (c GroupSpec) Resolve(retry RetryPolicy) (GroupSpec, error) {
 	case c.DeadLetterLimit == 0:
 		c.DeadLetterLimit = DefaultDeadLetterLimit
 	}
+	switch {
+	case c.KeyConcurrency < 0:
+		return c, fmt.Errorf("%w: key concurrency %d is negative", ErrInvalid, c.KeyConcurrency)
+	case c.KeyConcurrency > MaxKeyConcurrency:
+		return c, fmt.Errorf("%w: key concurrency %d is over the limit of %d (MaxKeyConcurrency)", ErrInvalid, c.KeyConcurrency, MaxKeyConcurrency)
+	case c.KeyConcurrency == 0:
+		c.KeyConcurrency = 1
+	}
 	return c, c.Start.Validate()
 }
 
 // Equal reports whether c and o configure a group the same way.
+// KeyConcurrency 0 and 1 are the same: a spec an engine stored before the
+// field existed still equals the one Resolve makes.
 func (c GroupSpec) Equal(o GroupSpec) bool {
-	return c.Retry == o.Retry && c.DeadLetterLimit == o.DeadLetterLimit && c.Start.Equal(o.Start)
+	return c.Retry == o.Retry && c.DeadLetterLimit == o.DeadLetterLimit && c.Start.Equal(o.Start) &&
+		max(1, c.KeyConcurrency) == max(1, o.KeyConcurrency)
 }
 
 // StartKind says how a Start picks an offset.

@@ -59,10 +59,11 @@ func TestRetentionResolve(t *testing.T) {
 func TestGroupSpecResolve(t *testing.T) {
 	broker := RetryPolicy{MaxAttempts: 5, BaseDelay: time.Millisecond, Multiplier: 2, MaxDelay: time.Second}
 	for name, tc := range map[string]struct{ spec, want GroupSpec }{
-		"zero":            {GroupSpec{}, GroupSpec{Retry: broker, DeadLetterLimit: DefaultDeadLetterLimit}},
-		"own retry":       {GroupSpec{Retry: RetryPolicy{MaxAttempts: 1}}, GroupSpec{Retry: RetryPolicy{1, DefaultBaseDelay, DefaultMultiplier, DefaultMaxDelay}, DeadLetterLimit: DefaultDeadLetterLimit}},
-		"no dead letters": {GroupSpec{DeadLetterLimit: NoDeadLetters}, GroupSpec{Retry: broker, DeadLetterLimit: NoDeadLetters}},
-		"latest":          {GroupSpec{DeadLetterLimit: 7, Start: Start{Kind: StartLatest}}, GroupSpec{Retry: broker, DeadLetterLimit: 7, Start: Start{Kind: StartLatest}}},
+		"zero":            {GroupSpec{}, GroupSpec{Retry: broker, DeadLetterLimit: DefaultDeadLetterLimit, KeyConcurrency: 1}},
+		"own retry":       {GroupSpec{Retry: RetryPolicy{MaxAttempts: 1}}, GroupSpec{Retry: RetryPolicy{1, DefaultBaseDelay, DefaultMultiplier, DefaultMaxDelay}, DeadLetterLimit: DefaultDeadLetterLimit, KeyConcurrency: 1}},
+		"no dead letters": {GroupSpec{DeadLetterLimit: NoDeadLetters}, GroupSpec{Retry: broker, DeadLetterLimit: NoDeadLetters, KeyConcurrency: 1}},
+		"latest":          {GroupSpec{DeadLetterLimit: 7, Start: Start{Kind: StartLatest}}, GroupSpec{Retry: broker, DeadLetterLimit: 7, Start: Start{Kind: StartLatest}, KeyConcurrency: 1}},
+		"key concurrency": {GroupSpec{KeyConcurrency: MaxKeyConcurrency}, GroupSpec{Retry: broker, DeadLetterLimit: DefaultDeadLetterLimit, KeyConcurrency: MaxKeyConcurrency}},
 	} {
 		got, err := tc.spec.Resolve(broker)
 		if err != nil || !got.Equal(tc.want) {
@@ -74,6 +75,8 @@ func TestGroupSpecResolve(t *testing.T) {
 		"negative limit":        {DeadLetterLimit: -2},
 		"negative offset":       {Start: Start{Kind: StartOffset, Offset: -1}},
 		"unknown kind of start": {Start: Start{Kind: 9}},
+		"negative concurrency":  {KeyConcurrency: -1},
+		"too much concurrency":  {KeyConcurrency: MaxKeyConcurrency + 1},
 	} {
 		if _, err := bad.Resolve(broker); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: got %v, want ErrInvalid", name, err)

@@ -167,8 +167,10 @@ type Delivery struct {
 
 // Handler processes one delivery: nil acks it, an error (or a panic) is a
 // failed attempt, and ErrAbandoned or ErrNotDelivered give it back
-// unsettled. Calls for one partition never overlap. ctx ends only when
-// Close gives up on draining.
+// unsettled. Calls for one partition never overlap, unless the group's
+// GroupSpec.KeyConcurrency is above 1: then up to that many do, never two
+// for records with equal keys. ctx ends only when Close gives up on
+// draining.
 type Handler func(ctx context.Context, d *Delivery) error
 
 // Capabilities is a set of the promises that only some engines keep: an
@@ -238,20 +240,31 @@ const (
 	// stored after it (see AsyncAppender). An engine that appends
 	// asynchronous records with AppendOne, one at a time, keeps it.
 	GaplessAsync
+	// KeyConcurrency: the engine honours GroupSpec.KeyConcurrency above 1.
+	// A group's worker then has up to that many deliveries of one
+	// partition in flight at once (its Handler is called concurrently for
+	// the partition), never two whose records have equal keys (keyless
+	// records are each a key of their own); a record starts only after
+	// every earlier record of its key settled (acked or dead-lettered);
+	// the committed offset is the lowest unsettled offset; a failed
+	// record waiting out its backoff holds back only its key; and no
+	// record more than KeyWindowSize records past the committed offset is
+	// read. Batch consumers are refused the option with ErrInvalid.
+	KeyConcurrency
 
 	endCapabilities // one past the last bit: a new bit goes above, with its name in capabilityNames
 )
 
 // AllCapabilities is every capability this version of the package defines
 // (a test holds it to the bits above).
-const AllCapabilities Capabilities = 1<<17 - 1
+const AllCapabilities Capabilities = 1<<18 - 1
 
 // capabilityNames names each bit, by its position: the names String
 // gives, for skip messages and logs.
 var capabilityNames = [...]string{
 	"InjectedClock", "CustomIDs", "ExactBlock", "ReclaimOnCommit", "GiveBack", "VirtualTime", "Observed",
 	"StuckDetection", "Batches", "DropsOldest", "MaxAge", "MaxBytes", "Snapshots", "Redrive", "Delete",
-	"DiscardDeadLetters", "GaplessAsync",
+	"DiscardDeadLetters", "GaplessAsync", "KeyConcurrency",
 }
 
 // String names the capabilities of c, joined by "|" in the order of their

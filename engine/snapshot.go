@@ -80,9 +80,20 @@ type GroupPartitionSnapshot struct {
 	// Retrying while the record waits out a retry backoff; Attempt is then
 	// the attempt running or failed last (saturating at 255 in the
 	// in-memory engine), 0 otherwise. The record is the one at Committed,
-	// or a redriven dead letter.
+	// or a redriven dead letter. With key concurrency (GroupSpec.
+	// KeyConcurrency above 1) they describe that record alone, the oldest
+	// unsettled one, which holds the committed offset.
 	InFlight, Retrying bool
 	Attempt            int
+	// Running is how many deliveries of this partition are in flight: 0
+	// or 1, or up to the group's key concurrency.
+	Running int
+	// OldestUnsettled is the offset of the oldest record the group took
+	// and has not settled (acked or dead-lettered): in flight, waiting
+	// out a backoff, or with key concurrency waiting behind an earlier
+	// record of its key. It is Committed, since the committed offset stops
+	// there; -1 when no record is unsettled.
+	OldestUnsettled int64
 	// RunningFor is how long the delivery in flight has run, when the
 	// engine watches for stuck handlers (Config.StuckAfter); 0 when it
 	// does not know. It is measured by sampling, so it may be short by up

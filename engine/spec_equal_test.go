@@ -31,7 +31,7 @@ func TestGroupSpecEqualComparesEveryField(t *testing.T) {
 		leaf := reflect.ValueOf(&s).Elem().FieldByIndex(index)
 		switch leaf.Kind() {
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-			leaf.SetInt(1)
+			leaf.SetInt(2) // not 1: KeyConcurrency 1 is its zero's meaning
 		case reflect.Float32, reflect.Float64:
 			leaf.SetFloat(1.5)
 		case reflect.Bool:
@@ -58,5 +58,10 @@ func TestGroupSpecEqualComparesEveryField(t *testing.T) {
 	at := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 	if a, b := (GroupSpec{Start: Start{Kind: StartTime, Time: at}}), (GroupSpec{Start: Start{Kind: StartTime, Time: at.In(time.FixedZone("x", 3600))}}); !a.Equal(b) {
 		t.Error("two specs starting at the same instant in different locations are not Equal")
+	}
+	// KeyConcurrency 0 is 1: a spec stored before the field existed (an
+	// engine that keeps specs on a server) equals a resolved one.
+	if !(GroupSpec{}).Equal(GroupSpec{KeyConcurrency: 1}) {
+		t.Error("KeyConcurrency 0 and 1 are not Equal")
 	}
 }

@@ -73,6 +73,19 @@ func TestSignups(t *testing.T) {
 	)
 }
 
+func TestKeyConcurrency(t *testing.T) {
+	t.Parallel()
+	out := runTwice(t, "./keyconcurrency")
+	mustContain(t, out,
+		"one at a time: 40 payments, at most 1 at once, each customer's in order: true",
+		"8 at a time:   40 payments, at most 8 at once, each customer's in order: true",
+		"8 at a time was at least 4x faster: true",
+		"while carol-1 waited for its retry, the other customers' payments went through: 35 of 35",
+		"carol's payments, in order: carol-1 carol-2 carol-3 carol-4 carol-5",
+		"each customer's in order: true",
+	)
+}
+
 // runTwice builds the program in dir (relative to this directory) and runs
 // it twice. It fails the test unless both runs succeed with the same output,
 // and returns that output.

@@ -116,6 +116,10 @@ func (t *Topic[K, V]) SubscribeBatch(group, consumer string, h BatchHandler[V], 
 	if cfg.batchSize && cfg.batch.MaxSize < 1 {
 		cfg.invalid(fmt.Errorf("%w: WithBatchSize(%d): a batch holds at least one message", ErrInvalid, cfg.batch.MaxSize))
 	}
+	if cfg.KeyConcurrency > 1 {
+		cfg.invalid(fmt.Errorf("%w: WithKeyConcurrency(%d) is not for SubscribeBatch: a batch is already a unit of concurrency",
+			ErrInvalid, cfg.KeyConcurrency))
+	}
 	bs, ok := ability[engine.BatchSubscriber](t.b.caps, engine.Batches, t.b.eng)
 	if !ok {
 		return nil, fail(fmt.Errorf("%w: the engine cannot deliver batches", ErrInvalid), "subscribe consumer %q to group %q on topic %q", consumer, group, t.Name())

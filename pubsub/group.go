@@ -22,7 +22,9 @@ import (
 //
 // Handle runs on the worker goroutine of the message's partition, so calls
 // for one partition never overlap and come in offset order; calls for
-// different partitions run concurrently. Delivery is at least once: a
+// different partitions run concurrently. A group with WithKeyConcurrency
+// runs up to n calls of one partition at once, on goroutines its worker
+// owns, never two with equal keys: see there. Delivery is at least once: a
 // message can come again after a failure, a rebalance or a shutdown that
 // interrupted it, so a handler must be idempotent (Message.ID is a stable
 // key for that).
@@ -146,6 +148,78 @@ func WithDeadLetterLimit(n int) SubscribeOption {
 	})
 }
 
+// MaxKeyConcurrency is the most deliveries of one partition
+// WithKeyConcurrency lets a group run at once.
+const MaxKeyConcurrency = engine.MaxKeyConcurrency
+
+// WithKeyConcurrency lets a group's worker run up to n deliveries of one
+// partition at once, never two with equal keys, overriding the default of
+// one at a time: the Handler of a group whose records go to slow I/O (an
+// HTTP call, a database write) then serves many keys of a partition
+// concurrently. n = 1 is the default, and the same as no option;
+// n < 1 or above MaxKeyConcurrency is ErrInvalid. Like every option it
+// belongs to the group: joining it with another n is ErrSubscription.
+//
+// What holds, and what changes:
+//
+//   - Per-key order holds: a record is delivered only after every earlier
+//     record of its partition with an equal encoded key has settled (was
+//     acked or dead-lettered), and no two deliveries with equal keys
+//     overlap. Keyless records each count as a key of their own: they may
+//     run in any order, and at once.
+//   - Order across keys inside a partition does not hold: records of
+//     different keys are handled concurrently and end in any order.
+//     Handle is called from up to n goroutines at once, each delivery on
+//     one of them (see Handler).
+//   - Commits stay contiguous: the committed offset (Group.Committed, Lag,
+//     Drain) moves past an offset only once it and every offset before it
+//     have settled, and it reaches the oldest unsettled record. A crash or
+//     Close redelivers at most the unsettled records after it, and Close's
+//     *ShutdownError reports the partition at that offset. Delivered
+//     (GroupStats) counts an acked record once its offset is committed.
+//   - A retry holds back only its key: while a failed record waits out its
+//     backoff, records of other keys keep flowing, and the records of its
+//     key wait behind it. Dead-lettering, ErrPermanent, panics and values
+//     that cannot be decoded behave as for one delivery at a time.
+//   - The window is bounded: no record more than max(64, 16n) records past
+//     the oldest unsettled one is read, so one slow or failing key holds
+//     the partition back once the others are that far ahead of it. With
+//     WithStuckAfter, a delivery of the oldest unsettled record that runs
+//     too long is reported as stuck with its key (StuckEvent's
+//     Delivery.Key), which names the key holding the partition.
+//   - Pause, Leave and a rebalance wait for every delivery in flight, as
+//     they wait for the one delivery otherwise; the records read and not
+//     yet settled stay where they are, so the partition's next worker
+//     delivers what was not settled and nothing that was (a clean
+//     hand-over redelivers nothing). A record waiting out a backoff is
+//     retried at once by the next worker, its Attempt counted on. Seek
+//     and Replay wait for the deliveries in flight too, then discard the
+//     window and start clean from their offset. Close waits for them, and
+//     reports the unsettled records when its context ends first.
+//   - A Stream may have up to n deliveries of one partition outstanding
+//     on its channel; each must be acked or nacked.
+//   - Batch consumers are not concurrent this way (a batch already is a
+//     unit of concurrency): SubscribeBatch with this option is ErrInvalid.
+//   - Snapshot shows each partition's deliveries in flight
+//     (GroupPartitionSnapshot.Running) and its oldest unsettled offset;
+//     the delivery hooks fire per record as always, and lag is counted
+//     from the committed offset.
+//
+// An engine that cannot run a partition's deliveries concurrently refuses
+// n > 1 with ErrInvalid (the in-memory engine can).
+func WithKeyConcurrency(n int) SubscribeOption {
+	return subscribeOptionFunc(func(c *subscribeConfig) {
+		switch {
+		case n < 1:
+			c.invalid(fmt.Errorf("%w: WithKeyConcurrency(%d): at least 1 delivery at a time", ErrInvalid, n))
+		case n > MaxKeyConcurrency:
+			c.invalid(fmt.Errorf("%w: WithKeyConcurrency(%d): over the limit of %d (MaxKeyConcurrency)", ErrInvalid, n, MaxKeyConcurrency))
+		default:
+			c.KeyConcurrency = n
+		}
+	})
+}
+
 // Start says where a group reads from in every partition: Earliest,
 // Latest, AtOffset or AtTime. The zero Start is Earliest.
 type Start struct{ spec engine.Start }
@@ -214,27 +288,37 @@ type deliverer[V any] func(ctx context.Context, msg Message[V], revoked <-chan s
 // deliver, when not nil, stands in for handle (a Stream), and onLeave is
 // called once the consumer left and its workers exited.
 func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, Message[V]) error, deliver deliverer[V], onLeave func(), opts []SubscribeOption) (*Group[V], error) {
+	cfg := applySubscribeOptions(opts)
 	var h engine.Handler
 	if handle != nil || deliver != nil {
 		// One arena per partition: a partition is served by one delivery at
-		// a time, so each arena has one user at a time.
-		keys := make([]keyArena, t.Partitions())
+		// a time, so each arena has one user at a time. With key
+		// concurrency it is served by several: each key is then copied on
+		// its own.
+		var keys []keyArena
+		if cfg.KeyConcurrency <= 1 {
+			keys = make([]keyArena, t.Partitions())
+		}
 		h = func(ctx context.Context, d *engine.Delivery) error {
 			v, err := t.values.Decode(d.Record.Value)
 			if err != nil {
 				return &engine.DecodeError{Topic: d.Topic, Partition: d.Partition, Offset: d.Record.Offset, Err: err}
 			}
+			var arena *keyArena
+			if keys != nil {
+				arena = &keys[d.Partition]
+			}
 			if deliver != nil {
 				return handOver(ctx, func(ctx context.Context, m Message[V]) error { return deliver(ctx, m, d.Revoked) },
-					d, v, &keys[d.Partition])
+					d, v, arena)
 			}
-			return handOver(ctx, handle, d, v, &keys[d.Partition])
+			return handOver(ctx, handle, d, v, arena)
 		}
 	}
 	if o := t.b.obs; o != nil && o.delivers && h != nil {
 		h = o.wrapDelivery(group, consumer, h)
 	}
-	return t.subscribe(group, applySubscribeOptions(opts), func(cfg engine.GroupSpec) (engine.Group, error) {
+	return t.subscribe(group, cfg, func(cfg engine.GroupSpec) (engine.Group, error) {
 		for _, o := range opts {
 			if _, ok := o.(batchOption); ok {
 				return nil, fmt.Errorf("%w: WithBatchSize and WithBatchWait are for SubscribeBatch", ErrInvalid)
@@ -250,6 +334,10 @@ func (t *Topic[K, V]) join(group, consumer string, handle func(context.Context, 
 func (t *Topic[K, V]) subscribe(group string, cfg subscribeConfig, join func(engine.GroupSpec) (engine.Group, error), format string, args ...any) (*Group[V], error) {
 	if cfg.err != nil {
 		return nil, fail(cfg.err, format, args...)
+	}
+	if cfg.KeyConcurrency > 1 && !t.b.caps.Has(engine.KeyConcurrency) {
+		return nil, fail(fmt.Errorf("%w: WithKeyConcurrency(%d): the engine cannot run one partition's deliveries concurrently",
+			ErrInvalid, cfg.KeyConcurrency), format, args...)
 	}
 	if t.deleted.Load() && t.b.eng.State() == engine.Running { // after Close, the engine's ErrClosed
 		return nil, fail(t.errDeleted(), format, args...)

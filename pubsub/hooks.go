@@ -119,7 +119,9 @@ type DeliveryInfo struct {
 	// Key and Headers are the record's own, shared with the log and every
 	// group: read-only, and valid only during the call. Key is nil for a
 	// keyless record. In OnStuck they are not known: Key, Headers, ID and
-	// Created are empty there.
+	// Created are empty there, except with WithKeyConcurrency, where Key
+	// and Created are the stuck record's (a copy): the key holding its
+	// partition.
 	Key     []byte
 	Headers map[string]string
 }

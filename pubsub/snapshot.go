@@ -24,8 +24,8 @@ type Snapshot struct {
 	// through this Broker with the counters every engine keeps, and the
 	// fields only a describing engine fills (GroupSnapshot.Paused, and in
 	// GroupPartitionSnapshot Oldest, LagAge, InFlight, Retrying, Attempt,
-	// RunningFor, Stuck, Redriving) are zero. The in-memory engine fills
-	// everything.
+	// Running, RunningFor, Stuck, Redriving) are zero, OldestUnsettled -1.
+	// The in-memory engine fills everything.
 	Partial bool
 	// Unavailable is set when a remote engine could not reach its server
 	// while taking the snapshot (see ErrUnavailable): the values it could
@@ -115,9 +115,19 @@ type GroupPartitionSnapshot struct {
 	// delivery of this partition, Retrying while a failed record waits out
 	// its backoff. Attempt is then the delivery's Message.Attempt (in the
 	// in-memory engine at most 255: larger counts show as 255), 0
-	// otherwise.
+	// otherwise. With WithKeyConcurrency they describe the oldest
+	// unsettled record alone, the one at Committed.
 	InFlight, Retrying bool
 	Attempt            int
+	// Running is how many deliveries of this partition are in flight: 0
+	// or 1, or up to n with WithKeyConcurrency.
+	Running int
+	// OldestUnsettled is the offset of the oldest record the group took
+	// and has not settled (acked or dead-lettered): in flight, waiting
+	// out a backoff, or (WithKeyConcurrency) waiting behind an earlier
+	// record of its key. The committed offset stops there, so it is
+	// Committed; -1 when no record is unsettled.
+	OldestUnsettled int64
 	// RunningFor is how long the delivery in flight has run, known only
 	// with WithStuckAfter (else 0). It is sampled, so it may be short by
 	// up to half the WithStuckAfter threshold. Stuck is set once it
@@ -177,7 +187,7 @@ func (b *Broker) topicSnapshot(taken time.Time, et engine.TopicSnapshot) TopicSn
 		for i, ep := range eg.Partitions {
 			p := GroupPartitionSnapshot{Partition: ep.Partition, Owner: ep.Owner, Committed: ep.Committed, Lag: ep.Lag,
 				Oldest: ep.Oldest, InFlight: ep.InFlight, Retrying: ep.Retrying, Attempt: ep.Attempt,
-				RunningFor: ep.RunningFor, Redriving: ep.Redriving}
+				Running: ep.Running, OldestUnsettled: ep.OldestUnsettled, RunningFor: ep.RunningFor, Redriving: ep.Redriving}
 			if !p.Oldest.IsZero() {
 				p.LagAge = max(0, taken.Sub(p.Oldest))
 			}
@@ -325,7 +335,7 @@ func describeGroup(g engine.Group, parts []engine.PartitionStats) engine.GroupSn
 	}
 	for i, ps := range parts {
 		p := &gs.Partitions[i]
-		p.Partition, p.Committed = i, g.Committed(i)
+		p.Partition, p.Committed, p.OldestUnsettled = i, g.Committed(i), -1
 		p.Lag = max(0, ps.End-p.Committed)
 	}
 	return gs

@@ -13,12 +13,12 @@ import (
 // Stream is a consumer whose messages arrive on a channel instead of through
 // a Handler. It is a member of its group like any other consumer: it owns
 // some of the group's partitions, and each of them delivers one message at a
-// time.
+// time (up to n with WithKeyConcurrency, never two with equal keys).
 //
 // Every Delivery must be acked or nacked. Until then its partition delivers
-// nothing further (per-key order) and its offset is not committed
-// (at-least-once). Deliveries of different partitions can be outstanding at
-// once.
+// nothing further (per-key order; with WithKeyConcurrency, nothing further
+// of its key) and its offset is not committed (at-least-once). Deliveries
+// of different partitions can be outstanding at once.
 //
 // A delivery waiting on C that nobody has received is taken back at once
 // when the group wants its partition back (Pause, Seek, Replay, a

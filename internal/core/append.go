@@ -45,10 +45,10 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 		n        int         // records stored
 		timer    *time.Timer // started by a wait, shared by the later ones until a record is stored
 		timedOut bool
-		blocked  bool      // counted in stats.Blocked
-		since    time.Time // when the wait began, for the observer only
-		looked   bool      // whether ctx was asked for the handler it may come from
-		self     *worker   // the worker whose handler publishes, when it serves this partition
+		blocked  bool         // counted in stats.Blocked
+		since    time.Time    // when the wait began, for the observer only
+		looked   bool         // whether ctx was asked for the handler it may come from
+		self     *handlerSlot // the handler that publishes, when its worker serves this partition
 	)
 	defer func() {
 		if timer != nil {
@@ -117,7 +117,7 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 			p.stats.TimedOut++
 			err := fmt.Errorf("%w: partition %d: group %q publishes from the handler of its record at offset %d, "+
 				"which keeps the partition full until the handler returns: waiting could only end at BlockTimeout (%v)",
-				ErrBackpressure, p.index, self.g.name, p.base, p.ret.BlockTimeout)
+				ErrBackpressure, p.index, self.w.g.name, p.base, p.ret.BlockTimeout)
 			p.unlockReporting(before)
 			if p.obs != nil {
 				p.observeBackpressure(engine.EventBackpressureTimeout, 0, err)
@@ -153,21 +153,30 @@ func (p *Partition) appendFreeing(ctx context.Context, recs []*Record, offsets [
 }
 
 // waitsForItselfLocked reports whether a producer that found no room
-// would wait for itself: it runs in the handler of w (its ctx says so),
-// w's group has not committed the partition's oldest record, so nothing
+// would wait for itself: it runs in the handler s of a worker w (its ctx
+// says so), w's group has not committed the partition's oldest record, so nothing
 // can be reclaimed before that handler returns, and no age limit can
 // make room meanwhile (the caller checked MaxAge). The handler is in
-// flight: the partition shows InFlight. That the publish runs on the
+// flight: the partition shows InFlight (with key concurrency: s handles
+// that oldest record). That the publish runs on the
 // handler's goroutine, and not on one it handed its ctx to, is taken on
 // trust (see pubsub.Block). Neither another group holding the partition
 // full too nor a revocation changes anything: this record must be
 // committed first either way, and a partition moves to another member
 // only once its worker's handler returned.
-func (p *Partition) waitsForItselfLocked(w *worker) bool {
-	if w.gp.cursor.Committed() > p.base {
+func (p *Partition) waitsForItselfLocked(s *handlerSlot) bool {
+	if s.w.gp.cursor.Committed() > p.base {
 		return false
 	}
-	state, _, _ := unpackProgress(w.gp.progress.Load())
+	if s.keyed {
+		// Key concurrency: the group commits the oldest record only once
+		// it settled; if it is the one this handler handles, nothing frees
+		// room before the handler returns. If it is another's, it may
+		// settle meanwhile, and this check runs again when the commit
+		// wakes the producer.
+		return s.offset.Load() == p.base
+	}
+	state, _, _ := unpackProgress(s.w.gp.progress.Load())
 	return state == InFlight
 }
 

@@ -38,7 +38,7 @@ func (w *worker) runBatches() {
 		n, skipTo, waiting := part.Read(offset, w.recs, cursor, w.bell)
 		switch {
 		case skipTo > offset:
-			w.skip(offset, skipTo)
+			_ = w.skip(offset, skipTo)
 			continue
 		case waiting:
 			select {

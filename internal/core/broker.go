@@ -160,6 +160,11 @@ func (b *Broker) SubscribeBatch(topic, group, consumer string, h BatchHandler, o
 	if err != nil {
 		return nil, err
 	}
+	if cfg.KeyConcurrency > 1 {
+		// A batch is already a unit of concurrency: its records are
+		// handled together and committed together.
+		return nil, fmt.Errorf("%w: a batch consumer cannot have key concurrency (%d)", ErrInvalid, cfg.KeyConcurrency)
+	}
 	return b.subscribe(topic, group, consumer, handlers{batch: h, spec: spec}, onLeave, cfg)
 }
 

@@ -128,6 +128,10 @@ type groupPartition struct {
 
 	redrive redriveQueue // dead letters sent back by Redrive
 
+	// keys is the state of key concurrency (see keys.go), kept across
+	// workers as retryOffset is; nil when the group has none (n = 1).
+	keys *keyed
+
 	_ cacheLinePad // progress is written per delivery: keep other partitions' off its line
 }
 
@@ -187,7 +191,11 @@ func newGroup(b *Broker, t *Topic, name string, spec GroupSpec) *Group {
 	for _, p := range t.parts {
 		c := b.offsets.Cursor(OffsetKey{Group: name, Topic: t.name, Partition: p.index})
 		p.subscribe(c, name, spec.Start)
-		g.parts = append(g.parts, &groupPartition{index: p.index, part: p, cursor: c, retryOffset: -1})
+		gp := &groupPartition{index: p.index, part: p, cursor: c, retryOffset: -1}
+		if spec.KeyConcurrency > 1 {
+			gp.keys = newKeyed()
+		}
+		g.parts = append(g.parts, gp)
 	}
 	return g
 }
@@ -566,6 +574,7 @@ func (g *Group) reposition(ctx context.Context, match func(*groupPartition) bool
 		if err == nil {
 			err = move(gp)
 			gp.retryOffset, gp.attempts = -1, 0
+			gp.keys.discard() // a seek starts a new epoch: what the window held is read again
 		}
 		gp.holds--
 	}

@@ -59,8 +59,7 @@ func (g *Group) snapshot(stuck *kit.Watchdog[stuckKey]) engine.GroupSnapshot {
 	for i, gp := range g.parts {
 		ps := &gs.Partitions[i]
 		ps.Partition = gp.index
-		word := gp.progress.Load()
-		state, attempt, _ := unpackProgress(word)
+		state, attempt, _ := unpackProgress(gp.progress.Load())
 		ps.InFlight, ps.Retrying = state == InFlight, state == RetryScheduled
 		if ps.InFlight || ps.Retrying {
 			ps.Attempt = attempt
@@ -68,8 +67,19 @@ func (g *Group) snapshot(stuck *kit.Watchdog[stuckKey]) engine.GroupSnapshot {
 		ps.Committed = gp.cursor.Committed()
 		ps.Lag, ps.Oldest = gp.part.lagFrom(ps.Committed)
 		ps.Redriving = gp.redriving()
+		switch {
+		case gp.keys != nil:
+			ps.Running, ps.OldestUnsettled = int(gp.keys.running.Load()), gp.keys.oldest.Load()
+		case ps.InFlight || ps.Retrying:
+			ps.OldestUnsettled = ps.Committed
+			if ps.InFlight {
+				ps.Running = 1
+			}
+		default:
+			ps.OldestUnsettled = -1
+		}
 		if stuck != nil && ps.InFlight {
-			ps.RunningFor = stuck.RunningFor(stuckKey{g, gp}, progressOf(word))
+			ps.RunningFor = stuck.RunningFor(stuckKey{g, gp}, gp.watched())
 		}
 	}
 	return gs

@@ -28,7 +28,7 @@ func (p stuckProbe) Progress() iter.Seq2[stuckKey, kit.Progress] {
 	return func(yield func(stuckKey, kit.Progress) bool) {
 		for _, g := range p.b.groupList() {
 			for _, gp := range g.parts {
-				if !yield(stuckKey{g, gp}, progressOf(gp.progress.Load())) {
+				if !yield(stuckKey{g, gp}, gp.watched()) {
 					return
 				}
 			}
@@ -43,11 +43,32 @@ func progressOf(word uint64) kit.Progress {
 	return kit.Progress{Word: word, InFlight: state == InFlight, Attempt: attempt}
 }
 
+// watched is what the watchdog samples of gp. With key concurrency the
+// progress word describes the record holding the window, the oldest
+// unsettled one, and its count of acks moves with every other key: the
+// watchdog sees the committed offset in its place, so that a delivery
+// holding the window is reported however much the other keys do.
+func (gp *groupPartition) watched() kit.Progress {
+	word := gp.progress.Load()
+	if gp.keys != nil {
+		word = uint64(gp.cursor.Committed())<<progressAcks | word&(1<<progressAcks-1)
+	}
+	return progressOf(word)
+}
+
 // Describe names the delivery in flight on k: the record at the committed
 // offset (or a redriven letter), since the worker commits each before the
-// next, and the partition's owner, read under the group's lock.
+// next, or with key concurrency commits up to the oldest unsettled one;
+// and the partition's owner, read under the group's lock. With key
+// concurrency the event carries that record's key (a copy, in Record):
+// the key holding the window.
 func (p stuckProbe) Describe(k stuckKey, e *engine.Event) {
 	e.Topic, e.Group, e.Partition, e.Offset = k.g.topic.name, k.g.name, k.gp.index, k.gp.cursor.Committed()
+	if k.gp.keys != nil {
+		if rec, ok := k.gp.keys.held(e.Offset); ok {
+			e.Record = rec
+		}
+	}
 	k.g.mu.Lock()
 	if k.gp.owner != nil {
 		e.Consumer = k.gp.owner.name

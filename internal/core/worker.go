@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,7 +29,8 @@ type worker struct {
 	gp *groupPartition
 	m  *member
 
-	ctx     context.Context // the handlers' context: the broker's, carrying the worker (see handlerOf)
+	ctx     context.Context // the handlers' context: the broker's, carrying self (see handlerOf)
+	self    handlerSlot     // the worker's own handler, for handlerOf
 	stop    chan struct{}   // closed by signal: finish the current delivery, then exit
 	stopped atomic.Bool     // set by signal before it closes stop: checked per record, for less than a select costs
 	bell    chan struct{}   // rung by the partition when records arrive; see Partition.Read
@@ -51,7 +53,8 @@ type worker struct {
 // startWorker starts the worker of gp for m. The caller holds g.mu.
 func startWorker(g *Group, gp *groupPartition, m *member) *worker {
 	w := &worker{g: g, gp: gp, m: m, stop: make(chan struct{}), bell: make(chan struct{}, 1)}
-	w.ctx = context.WithValue(g.broker.handlerCtx, handlerKey{}, w)
+	w.self = handlerSlot{w: w}
+	w.ctx = context.WithValue(g.broker.handlerCtx, handlerKey{}, &w.self)
 	w.delivery = Delivery{Topic: g.topic.name, Partition: gp.index, Revoked: w.stop}
 	if m.batch != nil {
 		w.limit = min(m.spec.MaxSize, gp.part.ring.size())
@@ -92,20 +95,41 @@ func (w *worker) hold() {
 }
 
 // handlerKey is the key under which a handler's context carries its
-// worker, so that a publish made with it can tell that it comes from the
-// handler of a partition (see Partition.waitsForItselfLocked). The value
-// is set once per worker, not per delivery: it costs the deliveries
-// nothing.
+// handlerSlot, so that a publish made with it can tell that it comes from
+// the handler of a partition (see Partition.waitsForItselfLocked). The
+// value is set once per worker (and per handler goroutine of a group with
+// key concurrency), not per delivery: it costs the deliveries nothing.
 type handlerKey struct{}
 
-// handlerOf returns the worker whose handler was given ctx (or a context
-// derived from it) when that worker serves p, else nil. ctx.Value may be
+// handlerSlot is one handler of a worker: the worker's own, which runs on
+// its goroutine, or one of the handler goroutines of a group with key
+// concurrency (keyed set), which says in offset which record it handles.
+type handlerSlot struct {
+	w      *worker
+	keyed  bool
+	offset atomic.Int64 // keyed: the offset of the record being handled, -1 between deliveries
+}
+
+// handlerOf returns the handler slot that was given ctx (or a context
+// derived from it) when its worker serves p, else nil. ctx.Value may be
 // user code: call it under no lock.
-func handlerOf(ctx context.Context, p *Partition) *worker {
-	if w, _ := ctx.Value(handlerKey{}).(*worker); w != nil && w.gp.part == p {
-		return w
+func handlerOf(ctx context.Context, p *Partition) *handlerSlot {
+	if s, _ := ctx.Value(handlerKey{}).(*handlerSlot); s != nil && s.w.gp.part == p {
+		return s
 	}
 	return nil
+}
+
+// startHandlers starts the n handler goroutines of a worker whose group
+// has key concurrency n: each takes jobs, calls the handler and sends the
+// result, until jobs is closed. done is told when each exits.
+func (w *worker) startHandlers(n int, jobs <-chan keyJob, results chan<- keyResult, done *sync.WaitGroup) {
+	for range n {
+		s := &handlerSlot{w: w, keyed: true}
+		s.offset.Store(-1)
+		ctx := context.WithValue(w.g.broker.handlerCtx, handlerKey{}, s)
+		done.Go(func() { w.handle(ctx, s, jobs, results) }) // exits when the worker closes jobs, after its delivery in flight
+	}
 }
 
 // signal tells the worker to stop. Idempotent; the caller holds g.mu.
@@ -118,8 +142,12 @@ func (w *worker) signal() {
 func (w *worker) stopping() bool { return w.stopped.Load() }
 
 func (w *worker) run() {
-	if w.m.batch != nil {
+	switch {
+	case w.m.batch != nil:
 		w.runBatches()
+		return
+	case w.gp.keys != nil:
+		w.runKeys()
 		return
 	}
 	part, cursor := w.gp.part, w.gp.cursor
@@ -137,7 +165,7 @@ func (w *worker) run() {
 		case skipTo > offset:
 			// Retention trimmed records this group had not read. Skip to the
 			// earliest one and count the gap: visible loss, never silent.
-			w.skip(offset, skipTo)
+			_ = w.skip(offset, skipTo)
 			continue
 		case waiting:
 			select {
@@ -156,13 +184,21 @@ func (w *worker) run() {
 
 // skip moves the cursor from offset past the records retention trimmed
 // before the group read them, up to skipTo, and counts and reports them:
-// visible loss, never silent.
-func (w *worker) skip(offset, skipTo int64) {
+// visible loss, never silent. It reports false when Close sealed the
+// cursor first.
+func (w *worker) skip(offset, skipTo int64) bool {
 	if !w.gp.cursor.Commit(offset, skipTo) {
-		return
+		return false
 	}
 	w.g.skipped.Add(skipTo - offset)
 	w.committed(skipTo)
+	w.observeSkip(offset, skipTo)
+	return true
+}
+
+// observeSkip reports the records from offset to skipTo, trimmed before
+// the group read them.
+func (w *worker) observeSkip(offset, skipTo int64) {
 	if obs := w.g.broker.obs; obs != nil {
 		obs.Observe(&Event{Kind: engine.EventSkip, Topic: w.g.topic.name, Group: w.g.name,
 			Partition: w.gp.index, Offset: offset, To: skipTo})
@@ -299,8 +335,10 @@ func (w *worker) park(rec *Record, id string, attempt int, err error) {
 		FailedAt:  g.broker.clock.Now(),
 	}
 	evicted := g.dlq.add(letter)
-	gp.retryOffset, gp.attempts = -1, 0
-	gp.setState(DeadLettered)
+	if gp.keys == nil { // a keyed worker shows the state of the record holding its window (showKeys)
+		gp.retryOffset, gp.attempts = -1, 0
+		gp.setState(DeadLettered)
+	}
 	g.deadLettered.Add(1)
 	if obs := g.broker.obs; obs != nil {
 		e := &Event{Kind: engine.EventDeadLetter, Topic: letter.Topic, Group: g.name, Consumer: w.m.name,
@@ -315,15 +353,21 @@ func (w *worker) park(rec *Record, id string, attempt int, err error) {
 // backoff counts a failed attempt that will be retried, reports it, and
 // waits out its delay. It reports false when the worker was stopped first.
 func (w *worker) backoff(rec *Record, attempt int, err error) bool {
+	w.gp.setState(RetryScheduled)
+	return kit.Wait(w.retrying(rec, attempt, err), w.stop, w.g.broker.handlerCtx.Done())
+}
+
+// retrying counts a failed attempt that will be retried, reports it, and
+// returns the backoff to wait before the next.
+func (w *worker) retrying(rec *Record, attempt int, err error) time.Duration {
 	gp, g := w.gp, w.g
 	g.retried.Add(1)
-	gp.setState(RetryScheduled)
 	delay := g.spec.Retry.Delay(attempt)
 	if obs := g.broker.obs; obs != nil {
 		obs.Observe(&Event{Kind: engine.EventRetry, Topic: g.topic.name, Group: g.name, Consumer: w.m.name,
 			Partition: gp.index, Offset: rec.Offset, ID: w.recordID(rec), Record: rec, Attempt: attempt, Delay: delay, Err: err})
 	}
-	return kit.Wait(delay, w.stop, g.broker.handlerCtx.Done())
+	return delay
 }
 
 // callOne delivers rec alone, to whichever handler the member has: a

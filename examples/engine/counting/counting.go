@@ -83,7 +83,7 @@ func (d *Driver) Open(cfg engine.Config) (engine.Engine, error) {
 const forwarded = engine.InjectedClock | engine.CustomIDs | engine.ExactBlock | engine.ReclaimOnCommit |
 	engine.GiveBack | engine.VirtualTime | engine.Observed | engine.StuckDetection | engine.Batches |
 	engine.DropsOldest | engine.MaxAge | engine.MaxBytes | engine.Snapshots | engine.Redrive |
-	engine.Delete | engine.DiscardDeadLetters | engine.GaplessAsync
+	engine.Delete | engine.DiscardDeadLetters | engine.GaplessAsync | engine.KeyConcurrency
 
 // eng is one decorated engine.
 type eng struct {

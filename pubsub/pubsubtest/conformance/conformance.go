@@ -195,5 +195,6 @@ func conformanceGroups() []confGroup {
 		{"Observability", observeCases()},
 		{"Deleting, discarding and Ping", deleteCases()},
 		{"Asynchronous publishing", asyncCases()},
+		{"Key concurrency", keyConcurrencyCases()},
 	}
 }

@@ -350,6 +350,12 @@ func (m *machine) drawStart(t *rapid.T, label string, withNone bool) startSpec {
 	return s
 }
 
+// drawKeys draws a group's key concurrency: none (the default), 1 (the
+// same), or a few deliveries of a partition at once.
+func (m *machine) drawKeys(t *rapid.T, label string) int {
+	return rapid.SampledFrom([]int{0, 0, 1, 2, 3}).Draw(t, label)
+}
+
 // resolve is where s starts in partition p as the model sees it: within
 // the retained range, for AtTime the first retained record whose Created
 // is not before s's time, in offset order (Created need not grow with the
@@ -389,13 +395,14 @@ func (m *machine) SubscribeBatch(t *rapid.T) {
 	m.join(t, false)
 }
 
-// join adds a consumer. A new group is created with a drawn Start, and its
-// first epoch begins, in every partition, where that Start resolves
-// against the retained range now: nothing runs between the model reading
-// the range and Subscribe creating the group. Joining an existing group
-// sometimes gives other options than it was created with: that, like a
-// consumer already in the group, must fail with ErrSubscription and change
-// nothing.
+// join adds a consumer. A new group is created with a drawn Start and key
+// concurrency, and its first epoch begins, in every partition, where that
+// Start resolves against the retained range now: nothing runs between the
+// model reading the range and Subscribe creating the group. Joining an
+// existing group sometimes gives other options than it was created with:
+// that, like a consumer already in the group, must fail with
+// ErrSubscription and change nothing. A batch consumer with key
+// concurrency must fail with ErrInvalid and change nothing.
 func (m *machine) join(t *rapid.T, stream bool) {
 	group := m.drawGroup(t)
 	consumer := rapid.SampledFrom([]string{"c0", "c1", "c2", "c3"}).Draw(t, "consumer")
@@ -403,20 +410,24 @@ func (m *machine) join(t *rapid.T, stream bool) {
 	spec := m.starts[group]
 	if !exists {
 		spec = m.drawStart(t, "start", true)
+		spec.keys = m.drawKeys(t, "keyConcurrency")
 	} else if rapid.IntRange(0, 5).Draw(t, "otherOptions") == 0 {
 		spec = m.drawStart(t, "otherStart", true)
+		spec.keys = m.drawKeys(t, "otherKeyConcurrency")
 	}
+	invalid := m.joinBatch != nil && spec.concurrency() > 1
 	refused := slices.Contains(m.members[group], consumer) || exists && !spec.same(m.starts[group])
-	if !exists && len(m.groups) == 0 {
+	if !exists && len(m.groups) == 0 && !invalid {
 		m.droppedGroupless = m.topic.Stats().Dropped
 	}
-	if !exists {
+	if !exists && !invalid {
 		m.mu.Lock()
 		for p := range m.partitions {
 			start := m.resolve(spec, p)
 			m.epochs[gp{group, p}] = []*epoch{newEpoch(start)}
 			m.lastCommitted[gp{group, p}] = start
 		}
+		m.keyed[group] = spec.keys
 		m.mu.Unlock()
 	}
 	var g *pubsub.Group[job]
@@ -430,6 +441,13 @@ func (m *machine) join(t *rapid.T, stream bool) {
 		g, err = m.topic.SubscribeBatch(group, consumer, m.batchHandler(group, consumer), append(spec.options(), m.joinBatch...)...)
 	} else {
 		g, err = m.topic.Subscribe(group, consumer, m.handler(group, consumer), spec.options()...)
+	}
+	if invalid {
+		if !errors.Is(err, pubsub.ErrInvalid) {
+			t.Fatalf("subscribing batch consumer %s to %s (%v): got %v, want ErrInvalid", consumer, group, spec, err)
+		}
+		m.checkAssignment(t, group)
+		return
 	}
 	if refused {
 		if !errors.Is(err, pubsub.ErrSubscription) {

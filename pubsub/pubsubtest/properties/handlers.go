@@ -3,23 +3,38 @@ package properties
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/logbus/logbus/pubsub"
 )
 
-// beginLocked records that a delivery of (group, p) begins, and returns
-// its epoch. No other delivery of the partition may be in hand (invariant
-// 4's dynamic half: one consumer at a time, one delivery at a time), and
-// none begins while the group is paused: Pause returned, so the deliveries
-// in flight then were the last until Resume. The caller holds m.mu.
-func (m *machine) beginLocked(group, consumer string, stream bool, p int, off int64) int {
+// beginLocked records that a delivery of (group, p) of the record at off,
+// whose key is key, begins, and returns its epoch. No delivery of the
+// partition may be in hand (invariant 4's dynamic half: one consumer at a
+// time, one delivery at a time); with key concurrency n, fewer than n may,
+// all of the same consumer and none of the same key. None begins while the
+// group is paused: Pause returned, so the deliveries in flight then were
+// the last until Resume. The caller holds m.mu.
+func (m *machine) beginLocked(group, consumer string, stream bool, p int, off int64, key string) int {
 	k := gp{group, p}
-	if h, ok := m.busy[k]; ok {
-		m.violations = append(m.violations, fmt.Sprintf(
-			"ownership: %s/%s begins p%d@%d while %s has a delivery of the partition in hand", group, consumer, p, off, h.consumer))
+	n := max(1, m.keyed[group])
+	for _, h := range m.busy[k] {
+		switch {
+		case n == 1 || h.consumer != consumer:
+			m.violations = append(m.violations, fmt.Sprintf(
+				"ownership: %s/%s begins p%d@%d while %s has a delivery of the partition in hand", group, consumer, p, off, h.consumer))
+		case key != "" && h.key == key:
+			m.violations = append(m.violations, fmt.Sprintf(
+				"key concurrency: %s/%s begins p%d@%d while p%d@%d of its key %q is in hand", group, consumer, p, off, p, h.offset, key))
+		}
 	}
-	m.busy[k] = holder{consumer: consumer, stream: stream}
+	if n > 1 && len(m.busy[k]) >= n {
+		m.violations = append(m.violations, fmt.Sprintf(
+			"key concurrency: %s/%s begins p%d@%d with %d deliveries of the partition in hand, WithKeyConcurrency(%d)",
+			group, consumer, p, off, len(m.busy[k]), n))
+	}
+	m.busy[k] = append(m.busy[k], holder{consumer: consumer, stream: stream, offset: off, key: key})
 	if m.paused[group] {
 		m.violations = append(m.violations, fmt.Sprintf(
 			"pause: %s/%s begins p%d@%d while the group is paused", group, consumer, p, off))
@@ -29,8 +44,16 @@ func (m *machine) beginLocked(group, consumer string, stream bool, p int, off in
 
 // endLocked records that a delivery ended. The caller holds m.mu.
 func (m *machine) endLocked(c call) {
-	delete(m.busy, gp{c.group, c.partition})
+	m.doneLocked(gp{c.group, c.partition}, c.offset)
 	m.calls = append(m.calls, c)
+}
+
+// doneLocked takes the delivery of the record at off out of k's hand.
+func (m *machine) doneLocked(k gp, off int64) {
+	m.busy[k] = slices.DeleteFunc(m.busy[k], func(h holder) bool { return h.offset == off })
+	if len(m.busy[k]) == 0 {
+		delete(m.busy, k)
+	}
 }
 
 // actOut acts out the fault msg carries, for a per-record handler and for
@@ -66,7 +89,7 @@ func actOut(ctx context.Context, group, consumer string, ep int, msg pubsub.Mess
 func (m *machine) handler(group, consumer string) pubsub.HandlerFunc[job] {
 	return func(ctx context.Context, msg pubsub.Message[job]) error {
 		m.mu.Lock()
-		ep := m.beginLocked(group, consumer, false, msg.Partition, msg.Offset)
+		ep := m.beginLocked(group, consumer, false, msg.Partition, msg.Offset, string(msg.Key))
 		m.mu.Unlock()
 		if msg.Value.Sleep > 0 {
 			time.Sleep(time.Duration(msg.Value.Sleep) * time.Millisecond) // virtual time; ignores ctx on purpose
@@ -100,7 +123,7 @@ func (m *machine) batchHandler(group, consumer string) pubsub.BatchHandlerFunc[j
 	return func(ctx context.Context, msgs []pubsub.Message[job]) error {
 		first := msgs[0]
 		m.mu.Lock()
-		ep := m.beginLocked(group, consumer, false, first.Partition, first.Offset)
+		ep := m.beginLocked(group, consumer, false, first.Partition, first.Offset, string(first.Key))
 		m.mu.Unlock()
 		var calls []call
 		var err error
@@ -138,7 +161,7 @@ func (m *machine) batchHandler(group, consumer string) pubsub.BatchHandlerFunc[j
 		end := time.Now()
 		m.mu.Lock()
 		m.violations = append(m.violations, undecodable...)
-		delete(m.busy, gp{group, first.Partition})
+		m.doneLocked(gp{group, first.Partition}, first.Offset)
 		for _, c := range calls {
 			c.end = end
 			m.calls = append(m.calls, c)

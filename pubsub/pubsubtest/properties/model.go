@@ -119,6 +119,14 @@ type gpEpoch struct {
 	epoch int
 }
 
+// orderKey is what an epoch's deliveries are ordered within: the whole
+// partition, or with key concurrency each key (a keyless record being a
+// key of its own, named by its offset).
+type orderKey struct {
+	gpEpoch
+	key string
+}
+
 // outcome is how a delivery ended.
 type outcome int
 
@@ -188,12 +196,20 @@ func newEpoch(start int64) *epoch {
 	return &epoch{start: start, acked: map[int64]int{}, dead: map[int64]int{}}
 }
 
-// startSpec is a drawn Start, as the model resolves it.
+// startSpec is a group's drawn options: a Start, as the model resolves
+// it, and its key concurrency.
 type startSpec struct {
 	kind   string // "" (no StartAt option), earliest, latest, offset, time
 	offset int64
 	at     time.Time
+	// keys is the n of WithKeyConcurrency(n); 0 gives no option, which is
+	// the same as 1.
+	keys int
 }
+
+// concurrency is how many deliveries of a partition the group runs at
+// once.
+func (s startSpec) concurrency() int { return max(1, s.keys) }
 
 func (s startSpec) start() pubsub.Start {
 	switch s.kind {
@@ -212,6 +228,9 @@ func (s startSpec) options() []pubsub.SubscribeOption {
 	if s.kind != "" {
 		opts = append(opts, pubsub.StartAt(s.start()))
 	}
+	if s.keys > 0 {
+		opts = append(opts, pubsub.WithKeyConcurrency(s.keys))
+	}
 	return opts
 }
 
@@ -225,20 +244,27 @@ func (s startSpec) same(o startSpec) bool {
 		return x
 	}
 	s, o = norm(s), norm(o)
-	return s.kind == o.kind && s.offset == o.offset && s.at.Equal(o.at)
+	return s.kind == o.kind && s.offset == o.offset && s.at.Equal(o.at) && s.concurrency() == o.concurrency()
 }
 
 func (s startSpec) String() string {
+	start := s.start().String()
 	if s.kind == "" {
-		return "no StartAt"
+		start = "no StartAt"
 	}
-	return s.start().String()
+	if s.keys > 0 {
+		start += fmt.Sprintf(", WithKeyConcurrency(%d)", s.keys)
+	}
+	return start
 }
 
-// holder is who has a delivery of a (group, partition) in hand.
+// holder is who has a delivery of a (group, partition) in hand, and of
+// which record.
 type holder struct {
 	consumer string
 	stream   bool
+	offset   int64
+	key      string // the record's key; "" for a keyless record
 }
 
 // streamModel is one Stream the suite opened.
@@ -284,8 +310,9 @@ type machine struct {
 
 	mu         sync.Mutex // guards the fields below: handlers and pumps write them
 	calls      []call
-	busy       map[gp]holder   // the deliveries begun and not ended
+	busy       map[gp][]holder // the deliveries begun and not ended
 	paused     map[string]bool // written under mu; the test goroutine, the only writer, reads it without
+	keyed      map[string]int  // each group's key concurrency, written (before the group exists) under mu
 	epochIdx   map[gp]int
 	violations []string
 	spent      []*pubsub.Delivery[job] // settled or given back: Ack and Nack must do nothing now
@@ -295,7 +322,7 @@ type machine struct {
 	lastCommitted map[gp]int64
 	seenCalls     int                       // calls already folded into epochs
 	seenDead      map[string]int            // dead letters already folded, per group
-	lastCall      map[gpEpoch]call          // the latest call of each epoch of each (group, partition)
+	lastCall      map[orderKey]call         // the latest call of each epoch of each (group, partition), per key with key concurrency
 	wantLetters   map[string]map[letter]int // the dead letters the history explains, per group
 	retried       map[string]int64          // failed attempts that were not the last, per group
 	lateAcks      map[string]int64          // acks given after Close returned, per group
@@ -314,12 +341,13 @@ func newMachine(t *rapid.T, e conformance.Engine, tb testing.TB) *machine {
 		bySeq:       map[int]published{},
 		failedSeq:   map[int]error{},
 		byPos:       map[pubsub.Position]int{},
-		busy:        map[gp]holder{},
+		busy:        map[gp][]holder{},
 		paused:      map[string]bool{},
+		keyed:       map[string]int{},
 		epochIdx:    map[gp]int{},
 		epochs:      map[gp][]*epoch{},
 		seenDead:    map[string]int{},
-		lastCall:    map[gpEpoch]call{},
+		lastCall:    map[orderKey]call{},
 		wantLetters: map[string]map[letter]int{},
 		retried:     map[string]int64{},
 		lateAcks:    map[string]int64{},

@@ -17,7 +17,11 @@
 // carries. Streams are driven by the actions: a delivery is received (or
 // left unread on the channel while other actions run), held across
 // actions, acked or nacked, or given back by closing the stream. Groups
-// start where a drawn Start says.
+// start where a drawn Start says, and deliver one record of a partition at
+// a time, or with a drawn WithKeyConcurrency(n) up to n, never two of one
+// key: for those, per-key order stands in for the partition's order, and
+// the commits must stay contiguous (never past an unsettled record, and
+// up to the oldest one).
 //
 // Everything observable is appended to a history: publish results,
 // deliveries with their outcome and epoch, dead letters, seeks. The
@@ -51,7 +55,8 @@ import (
 
 // RunProperties runs the property suite on e: rapid drives a state machine
 // of publishes (single, bursts from concurrent producers, batches), joins of
-// handlers, batch consumers and Streams at drawn start positions, leaves,
+// handlers, batch consumers and Streams at drawn start positions (groups
+// with and without WithKeyConcurrency), leaves,
 // pauses, seeks, replays, faults (transient, permanent, panics, undecodable
 // records, handlers that outlast Close) and virtual time, against one
 // broker and one topic whose shape is drawn per run, and checks after every
@@ -96,7 +101,8 @@ func RunProperties(t *testing.T, e conformance.Engine) {
 // may have, as this suite was written.
 const needs = engine.InjectedClock | engine.CustomIDs | engine.ExactBlock | engine.ReclaimOnCommit | engine.GiveBack |
 	engine.VirtualTime | engine.Observed | engine.StuckDetection | engine.Batches | engine.DropsOldest | engine.MaxAge |
-	engine.MaxBytes | engine.Snapshots | engine.Redrive | engine.Delete | engine.DiscardDeadLetters
+	engine.MaxBytes | engine.Snapshots | engine.Redrive | engine.Delete | engine.DiscardDeadLetters |
+	engine.KeyConcurrency
 
 // runTB is the testing.TB that RunProperties hands to Engine.NewBroker:
 // cleanups, logs and failures go to the rapid run (whose cleanups run at

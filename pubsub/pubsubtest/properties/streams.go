@@ -254,7 +254,7 @@ func (m *machine) receive(st *streamModel, d *pubsub.Delivery[job]) *delivery {
 	owner := slices.Contains(st.g.Assignment()[st.consumer], d.Partition)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	ep := m.beginLocked(st.group, st.consumer, true, d.Partition, d.Offset)
+	ep := m.beginLocked(st.group, st.consumer, true, d.Partition, d.Offset, string(d.Key))
 	switch {
 	case st.left:
 		m.violations = append(m.violations, fmt.Sprintf(
