@@ -270,7 +270,14 @@ func TestHeadersCountTowardMaxBytes(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			_, topic := newTopic(t, "t",
 				pubsub.WithRetention(pubsub.Retention{MaxBytes: 20, OnFull: pubsub.DropOldest}))
-			mustSubscribe(t, topic, "g", "c", nopHandler())
+			// A paused group reads nothing, so the first record is still
+			// unread when the second needs its room: evicted, never
+			// reclaimed after a commit (which a running group could make
+			// first, or not).
+			g := mustSubscribe(t, topic, "g", "c", nopHandler())
+			if err := g.Pause(t.Context()); err != nil {
+				t.Fatal(err)
+			}
 			mustPublish(t, topic, "k", "v", trace)
 			if s := topic.Stats(); s.RetainedBytes != 17 {
 				t.Errorf("after one record: RetainedBytes %d, want 17 (key 1 + value 1 + headers 15)", s.RetainedBytes)
@@ -278,6 +285,9 @@ func TestHeadersCountTowardMaxBytes(t *testing.T) {
 			mustPublish(t, topic, "k", "v", trace)
 			if s := topic.Stats(); s.Retained != 1 || s.RetainedBytes != 17 || s.Dropped != 1 {
 				t.Errorf("after two records: stats %+v, want 1 retained (17 bytes) and 1 dropped", s)
+			}
+			if err := g.Resume(t.Context()); err != nil {
+				t.Fatal(err)
 			}
 		})
 	})
