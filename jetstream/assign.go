@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -20,12 +21,17 @@ import (
 // winner's deal. Members keep their order in the deal (join order, as
 // the stored deal saw it); newcomers are appended sorted by name.
 
-// deal is a stored assignment: the members in join order, and the owner
-// of each partition ("" for none).
+// deal is a stored assignment (stored.go): the members in join order, and
+// the owner of each partition ("" for none).
 type deal struct {
+	Version int      `json:"v"` // dealVersion; 0 in deals stored before it was versioned, which read the same
 	Members []string `json:"members"`
 	Owners  []string `json:"owners"`
 }
+
+// dealVersion is the version of deal this engine writes, and the latest
+// it reads.
+const dealVersion = 1
 
 // next returns the deal for live (sorted) members after d.
 func (d deal) next(live []string, parts int) deal {
@@ -89,11 +95,15 @@ func currentDeal(ctx context.Context, deals natsjs.KeyValue, key string, live []
 			if err := json.Unmarshal(entry.Value(), &stored); err != nil {
 				rev, stored = entry.Revision(), deal{}
 			}
+			if stored.Version > dealVersion { // a later version's: not this broker's to overwrite
+				return deal{}, fmt.Errorf("the assignment is stored in version %d of its form, this version of logbus reads 0 to %d", stored.Version, dealVersion)
+			}
 		}
 		if stored.matches(live, parts) {
 			return stored, nil
 		}
 		next := stored.next(live, parts)
+		next.Version = dealVersion
 		b, _ := json.Marshal(next)
 		if rev == 0 {
 			_, err = deals.Create(ctx, key, b)

@@ -2,7 +2,6 @@ package jetstream
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -82,11 +81,6 @@ func (c *counts) stats() engine.GroupStats {
 		Skipped: c.skipped.Load(), Redriven: c.redriven.Load(), DeadLettersEvicted: c.dropped.Load()}
 }
 
-// metaSpec is the key of the group's options in its consumers' metadata,
-// so that a broker joining an existing group can tell whether its options
-// match.
-const metaSpec = "logbus_spec"
-
 // openGroup finds the group's consumers on the server, creating them (and
 // its dead-letter and redrive streams) when spec, resolved, is not nil,
 // and registers the group in the broker. A nil spec with no consumers is
@@ -127,9 +121,10 @@ func openGroup(ctx context.Context, e *eng, t *topic, name string, spec *engine.
 		if err != nil {
 			return nil, e.ctxErr(ctx, fmt.Errorf("group %q partition %d: %w", name, p, err))
 		}
-		var stored engine.GroupSpec
-		if err := json.Unmarshal([]byte(c.CachedInfo().Config.Metadata[metaSpec]), &stored); err != nil {
-			return nil, fmt.Errorf("group %q partition %d: consumer not made by logbus: %w", name, p, engine.ErrSubscription)
+		stored, err := decodeSpec(c.CachedInfo().Config.Metadata)
+		if err != nil {
+			return nil, fmt.Errorf("group %q partition %d: consumer not made by this version of logbus or an earlier one (%v): %w",
+				name, p, err, engine.ErrSubscription)
 		}
 		if spec == nil {
 			g.spec = stored
@@ -191,7 +186,6 @@ func consumerLeader(stream string, c natsjs.Consumer) leaderOf {
 // consumerConfig is the configuration of the group's consumer on
 // partition p, as this broker creates it.
 func (g *group) consumerConfig(p int) natsjs.ConsumerConfig {
-	spec, _ := json.Marshal(g.spec)
 	return natsjs.ConsumerConfig{
 		Durable:        g.e.names.consumer(g.name, p),
 		FilterSubject:  g.e.names.subject(g.t.name, p),
@@ -203,7 +197,7 @@ func (g *group) consumerConfig(p int) natsjs.ConsumerConfig {
 		PriorityGroups: []string{priorityGroup},
 		PriorityPolicy: natsjs.PriorityPolicyPinned,
 		PinnedTTL:      g.e.cfg.memberTTL,
-		Metadata:       map[string]string{"logbus_group": g.name, metaSpec: string(spec)},
+		Metadata:       map[string]string{"logbus_group": g.name, metaSpec: encodeSpec(g.spec)},
 	}
 }
 
