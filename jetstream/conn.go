@@ -2,10 +2,10 @@ package jetstream
 
 // The engine's connection to the server: how its requests are bounded,
 // how an error from the server is classified where it leaves the engine
-// (outages), and what the engine remembers of the server for the reads
-// that take no context (Lag, Committed, Stats, Snapshot), so that they
-// serve the last values they observed while the server cannot be asked,
-// never made-up ones (a group's are observed.go's).
+// (outages), and how a read that takes no context (Lag, Committed,
+// Stats, Snapshot) asks the server: until it finds it unreachable, then
+// serving the last values observed, never made-up ones (a topic's streams
+// as topic.go keeps them, a group's consumers as observed.go does).
 
 import (
 	"context"
@@ -226,46 +226,6 @@ func unreachable(err error) bool {
 		}
 	}
 	return false
-}
-
-// streamSeen is what the engine last read of a partition's stream.
-type streamSeen struct {
-	first, last, msgs, bytes uint64
-	at                       time.Time
-}
-
-// observeStream records info as partition p's last observed state.
-func (t *topic) observeStream(p int, info *natsjs.StreamInfo) {
-	if info == nil {
-		return
-	}
-	st := info.State
-	t.seen[p].Store(&streamSeen{first: st.FirstSeq, last: st.LastSeq, msgs: st.Msgs, bytes: st.Bytes, at: time.Now()})
-}
-
-// streamInfo reads partition p's stream from the server, and records it.
-func (t *topic) streamInfo(ctx context.Context, p int) (*natsjs.StreamInfo, error) {
-	info, err := t.streams[p].Info(ctx)
-	if err == nil {
-		t.observeStream(p, info)
-	}
-	return info, err
-}
-
-// stream returns partition p's stream as last observed (CreateTopic
-// observed it first), its end raised to the last record this broker
-// stored since.
-func (t *topic) stream(p int) *streamSeen {
-	s := t.seen[p].Load()
-	if s == nil {
-		s = &streamSeen{}
-	}
-	if last := t.counts[p].stored.Load(); last > s.last {
-		c := *s
-		c.last = last
-		s = &c
-	}
-	return s
 }
 
 // reading is one read call's view of the server: it asks until a request

@@ -308,43 +308,6 @@ func atoiOr(s string, def int) int {
 	return n
 }
 
-// isDeleted reports whether the topic was deleted.
-func (t *topic) isDeleted() bool { return t.deleted.Load() }
-
-// refuseDeleted is ErrTopicNotFound once the topic was deleted.
-func (t *topic) refuseDeleted() error {
-	if t.isDeleted() {
-		return errTopicDeleted
-	}
-	return nil
-}
-
-// checkDeleted asks whether partition p's stream still exists, after a
-// publish found nobody to answer: when it does not, the topic was deleted
-// (by another broker), and it returns why calls fail from now on. nil when
-// it exists or the server cannot tell.
-func (t *topic) checkDeleted(ctx context.Context, p int) error {
-	ctx, cancel := t.e.bounded(ctx)
-	defer cancel()
-	if _, err := t.streams[p].Info(ctx); errors.Is(err, natsjs.ErrStreamNotFound) {
-		t.markDeleted()
-		return t.refuseDeleted()
-	}
-	return nil
-}
-
-// markDeleted makes every call on the topic fail with ErrTopicNotFound,
-// and takes it out of the broker's registry, so that its name makes a new
-// topic.
-func (t *topic) markDeleted() {
-	t.deleted.Store(true)
-	t.e.mu.Lock()
-	if t.e.topics[t.name] == t {
-		delete(t.e.topics, t.name)
-	}
-	t.e.mu.Unlock()
-}
-
 // fate is whether a group was deleted (on the server, by this broker or
 // another), and why its calls fail from then on. Atomics: no lock.
 type fate struct {
