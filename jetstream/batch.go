@@ -191,12 +191,8 @@ func (b *batchRun) finishHeld() {
 // when the worker may go on, false (without it) when it must stop.
 func (b *batchRun) gate() bool {
 	w, s := b.w, b.w.s
-	var keep *time.Ticker
-	defer func() {
-		if keep != nil {
-			keep.Stop()
-		}
-	}()
+	keep := keeper{every: w.g.e.cfg.ackWait / 3}
+	defer keep.stop()
 	s.mu.Lock()
 	for {
 		if s.epoch != b.epoch { // the consumer was reset: what was fetched before is moot
@@ -221,15 +217,9 @@ func (b *batchRun) gate() bool {
 			s.setPhaseLocked(parked)
 		} else {
 			s.setPhaseLocked(holding)
-			if keep == nil {
-				keep = time.NewTicker(w.g.e.cfg.ackWait / 3)
-			}
+			keep.start()
 		}
-		var tick <-chan time.Time
-		if keep != nil {
-			tick = keep.C
-		}
-		if s.waitLocked(w.stop, tick) {
+		if s.waitLocked(w.stop, keep.ticks()) {
 			s.mu.Unlock()
 			b.keepAlive()
 			s.mu.Lock()

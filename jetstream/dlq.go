@@ -131,17 +131,15 @@ type letters struct {
 
 // openLetters finds or creates the group's dead-letter stream.
 func openLetters(ctx context.Context, g *group) (*letters, error) {
-	e := g.e
-	dlq, err := e.createStream(ctx, natsjs.StreamConfig{
-		Name:      e.names.dlqStream(g.t.name, g.name),
-		Subjects:  []string{e.names.dlqSubject(g.t.name, g.name)},
+	dlq, err := g.stream(ctx, natsjs.StreamConfig{
+		Name:      g.e.names.dlqStream(g.t.name, g.name),
+		Subjects:  []string{g.e.names.dlqSubject(g.t.name, g.name)},
 		Retention: natsjs.LimitsPolicy,
 		MaxMsgs:   max(int64(g.spec.DeadLetterLimit), 1), // NoDeadLetters stores none (worker.deadLetter), and -1 is no limit here
 		Discard:   natsjs.DiscardOld,
-		Storage:   g.t.streamConfig(0).Storage,
 		// Read by batches of direct gets (scan).
 		AllowDirect: true,
-	}, true)
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -1,11 +1,13 @@
 package jetstream
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -320,30 +322,14 @@ func (e *eng) Group(ctx context.Context, topic, group string) (engine.Group, err
 	return g, nil
 }
 
+// localGroups returns the groups this broker created, joined or named,
+// sorted by topic, then name.
 func (e *eng) localGroups() []*group {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]*group, 0, len(e.groups))
-	for _, g := range e.groups {
-		out = append(out, g)
-	}
-	slices.SortFunc(out, func(a, b *group) int {
-		if c := cmpStr(a.t.name, b.t.name); c != 0 {
-			return c
-		}
-		return cmpStr(a.name, b.name)
-	})
+	out := slices.Collect(maps.Values(e.groups))
+	e.mu.Unlock()
+	slices.SortFunc(out, func(a, b *group) int { return cmp.Or(cmp.Compare(a.t.name, b.t.name), cmp.Compare(a.name, b.name)) })
 	return out
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Drain waits until every group this broker created or joined has
@@ -574,10 +560,7 @@ func (e *eng) close(ctx context.Context) error {
 		g.seen.takeSnap(r)
 	}
 	e.mu.Lock()
-	topics := make([]*topic, 0, len(e.topics))
-	for _, t := range e.topics {
-		topics = append(topics, t)
-	}
+	topics := slices.Collect(maps.Values(e.topics))
 	e.mu.Unlock()
 	for _, t := range topics {
 		t.stats(r)

@@ -168,6 +168,15 @@ func openGroup(ctx context.Context, e *eng, t *topic, name string, spec *engine.
 	return g, nil
 }
 
+// stream finds or creates a stream of the group's own (its dead letters,
+// its redriven letters), stored as its topic's are. One that exists with
+// another configuration is updated, keeping its replicas (createStream):
+// earlier versions made them otherwise.
+func (g *group) stream(ctx context.Context, cfg natsjs.StreamConfig) (natsjs.Stream, error) {
+	cfg.Storage = g.t.streamConfig(0).Storage
+	return g.e.createStream(ctx, cfg, true)
+}
+
 // forever is the end of a pause that lasts until a resume.
 var forever = time.Now().Add(100 * 365 * 24 * time.Hour)
 

@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // pausing is a group's pause as this broker holds it, and the lock that
@@ -32,17 +34,23 @@ func (ps *pausing) isPaused() bool {
 	return ps.paused
 }
 
+// moot reports whether a Pause or Resume has nothing to do: once the
+// group was deleted (the deletion's error), or Close began (nil).
+func (ps *pausing) moot() (bool, error) {
+	if err := ps.g.fate.err(); err != nil {
+		return true, err
+	}
+	return ps.g.members.isClosed(), nil
+}
+
 // pause pauses the group's consumers on the server (its redrive consumers
 // too), so no broker gets records until Resume, and waits for this
 // broker's deliveries in flight. When ctx ends first, the group is paused
 // all the same.
 func (ps *pausing) pause(ctx context.Context) error {
 	g := ps.g
-	if err := g.fate.err(); err != nil {
+	if done, err := ps.moot(); done {
 		return err
-	}
-	if g.members.isClosed() {
-		return nil
 	}
 	ps.mu.Lock()
 	if !ps.paused {
@@ -52,20 +60,15 @@ func (ps *pausing) pause(ctx context.Context) error {
 		}
 	}
 	ps.mu.Unlock()
-	ps.cfgMu.Lock()
-	for p, s := range g.t.streams {
-		if _, err := s.PauseConsumer(ctx, g.e.names.consumer(g.name, p), forever); err != nil {
-			ps.cfgMu.Unlock()
-			return g.fate.serverErr(ctx, fmt.Errorf("partition %d: %w", p, err))
-		}
-		// The redrive consumer too, so that no broker delivers a redriven
-		// letter while the group is paused.
-		if _, err := g.redrive.rdq.PauseConsumer(ctx, g.e.names.redriveConsumer(p), forever); err != nil {
-			ps.cfgMu.Unlock()
-			return g.e.ctxErr(ctx, fmt.Errorf("partition %d: redrive: %w", p, err))
-		}
+	// The redrive consumers too, so that no broker delivers a redriven
+	// letter while the group is paused.
+	err := ps.eachConsumer(ctx, func(s natsjs.Stream, consumer string) error {
+		_, err := s.PauseConsumer(ctx, consumer, forever)
+		return err
+	})
+	if err != nil {
+		return err
 	}
-	ps.cfgMu.Unlock()
 	ps.mu.Lock()
 	ps.pausedOn = ps.paused
 	ps.mu.Unlock()
@@ -80,27 +83,47 @@ func (ps *pausing) pause(ctx context.Context) error {
 // resume resumes the group's consumers on the server, and releases this
 // broker's holds.
 func (ps *pausing) resume(ctx context.Context) error {
-	g := ps.g
-	if err := g.fate.err(); err != nil {
+	if done, err := ps.moot(); done {
 		return err
 	}
-	if g.members.isClosed() {
-		return nil
+	err := ps.eachConsumer(ctx, func(s natsjs.Stream, consumer string) error {
+		_, err := s.ResumeConsumer(ctx, consumer)
+		return err
+	})
+	if err != nil {
+		return err
 	}
+	ps.release(false)
+	return nil
+}
+
+// eachConsumer calls set on every partition's consumer, then on its
+// redrive consumer, partition by partition, under cfgMu: a pause or a
+// resume. The first failure ends it, and is returned as the group's
+// server errors are (a consumer gone means the group was deleted), once
+// cfgMu is released.
+func (ps *pausing) eachConsumer(ctx context.Context, set func(s natsjs.Stream, consumer string) error) error {
+	g := ps.g
+	var err error
+	p, redrive := 0, false
 	ps.cfgMu.Lock()
-	for p, s := range g.t.streams {
-		if _, err := s.ResumeConsumer(ctx, g.e.names.consumer(g.name, p)); err != nil {
-			ps.cfgMu.Unlock()
-			return g.fate.serverErr(ctx, fmt.Errorf("partition %d: %w", p, err))
+	for p = range g.t.parts {
+		if err = set(g.t.streams[p], g.e.names.consumer(g.name, p)); err != nil {
+			break
 		}
-		if _, err := g.redrive.rdq.ResumeConsumer(ctx, g.e.names.redriveConsumer(p)); err != nil {
-			ps.cfgMu.Unlock()
-			return g.e.ctxErr(ctx, fmt.Errorf("partition %d: redrive: %w", p, err))
+		if err = set(g.redrive.rdq, g.e.names.redriveConsumer(p)); err != nil {
+			redrive = true
+			break
 		}
 	}
 	ps.cfgMu.Unlock()
-	ps.release(false)
-	return nil
+	switch {
+	case err == nil:
+		return nil
+	case redrive:
+		return g.e.ctxErr(ctx, fmt.Errorf("partition %d: redrive: %w", p, err))
+	}
+	return g.fate.serverErr(ctx, fmt.Errorf("partition %d: %w", p, err))
 }
 
 // follow releases this broker's holds when the group was paused here but

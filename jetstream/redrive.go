@@ -66,12 +66,11 @@ func redelivery(msg redrivenMsg, md *natsjs.MsgMetadata, topic string, p int, re
 // existing one could undo another broker's Pause.
 func openRedrive(ctx context.Context, g *group) (*redrive, error) {
 	e := g.e
-	rdq, err := e.createStream(ctx, natsjs.StreamConfig{
+	rdq, err := g.stream(ctx, natsjs.StreamConfig{
 		Name:      e.names.redriveStream(g.t.name, g.name),
 		Subjects:  []string{e.names.redriveSubjects(g.t.name, g.name)},
 		Retention: natsjs.WorkQueuePolicy,
-		Storage:   g.t.streamConfig(0).Storage,
-	}, true)
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,8 @@
 package jetstream
 
 import (
+	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -32,13 +34,10 @@ var _ engine.Snapshotter = (*eng)(nil)
 // last, and Unavailable is not set.
 func (e *eng) Snapshot() engine.Snapshot {
 	e.mu.Lock()
-	topics := make([]*topic, 0, len(e.topics))
-	for _, t := range e.topics {
-		topics = append(topics, t)
-	}
+	topics := slices.Collect(maps.Values(e.topics))
 	stopped := e.state == engine.Stopped
 	e.mu.Unlock()
-	slices.SortFunc(topics, func(a, b *topic) int { return cmpStr(a.name, b.name) })
+	slices.SortFunc(topics, func(a, b *topic) int { return cmp.Compare(a.name, b.name) })
 	byTopic := map[*topic][]*group{}
 	for _, g := range e.localGroups() { // sorted by topic, then name
 		byTopic[g.t] = append(byTopic[g.t], g)

@@ -258,12 +258,8 @@ func (w *worker) ackNext(msg record, more bool) {
 // worker stopped while holding it (handOver).
 func (w *worker) await(msg record, epoch uint64) (<-chan struct{}, bool) {
 	s := w.s
-	var keep *time.Ticker
-	defer func() {
-		if keep != nil {
-			keep.Stop()
-		}
-	}()
+	keep := keeper{every: w.g.e.cfg.ackWait / 3}
+	defer keep.stop()
 	s.mu.Lock()
 	for {
 		switch {
@@ -282,14 +278,41 @@ func (w *worker) await(msg record, epoch uint64) (<-chan struct{}, bool) {
 			return w.handOver(msg, epoch)
 		}
 		s.setPhaseLocked(holding)
-		if keep == nil {
-			keep = time.NewTicker(w.g.e.cfg.ackWait / 3)
-		}
-		if s.waitLocked(w.stop, keep.C) {
+		keep.start()
+		if s.waitLocked(w.stop, keep.ticks()) {
 			s.mu.Unlock()
 			_ = msg.InProgress()
 			s.mu.Lock()
 		}
+	}
+}
+
+// keeper ticks every AckWait/3 once started, for the records a worker
+// holds while the slot does not let it deliver them: at each tick the
+// server is told they are still being handled. Only its worker uses it.
+type keeper struct {
+	every time.Duration
+	t     *time.Ticker
+}
+
+// start starts the ticks, once.
+func (k *keeper) start() {
+	if k.t == nil {
+		k.t = time.NewTicker(k.every)
+	}
+}
+
+// ticks is the ticks' channel: nil, never ready, until start.
+func (k *keeper) ticks() <-chan time.Time {
+	if k.t == nil {
+		return nil
+	}
+	return k.t.C
+}
+
+func (k *keeper) stop() {
+	if k.t != nil {
+		k.t.Stop()
 	}
 }
 
