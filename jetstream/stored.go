@@ -52,6 +52,7 @@ type storedSpec struct {
 	Retry           storedRetry `json:"retry"`
 	DeadLetterLimit int         `json:"dead_letter_limit"` // engine.NoDeadLetters is -1
 	Start           storedStart `json:"start"`
+	KeyConcurrency  int         `json:"key_concurrency,omitempty"` // 0 and 1 are the same (engine.GroupSpec.Equal)
 }
 
 // storedRetry is a group's engine.RetryPolicy; durations in nanoseconds.
@@ -87,6 +88,7 @@ func encodeSpec(spec engine.GroupSpec) string {
 			MaxDelay: int64(r.MaxDelay)},
 		DeadLetterLimit: spec.DeadLetterLimit,
 		Start:           storedStart{Kind: startKinds[spec.Start.Kind], Offset: spec.Start.Offset, Time: spec.Start.Time},
+		KeyConcurrency:  spec.KeyConcurrency,
 	})
 	return string(b)
 }
@@ -118,6 +120,7 @@ func decodeSpec(md map[string]string) (engine.GroupSpec, error) {
 			Multiplier: s.Retry.Multiplier, MaxDelay: time.Duration(s.Retry.MaxDelay)},
 		DeadLetterLimit: s.DeadLetterLimit,
 		Start:           engine.Start{Kind: kind, Offset: s.Start.Offset, Time: s.Start.Time},
+		KeyConcurrency:  s.KeyConcurrency,
 	}, nil
 }
 
@@ -148,6 +151,7 @@ type legacySpec struct {
 		Offset int64     `json:"Offset"`
 		Time   time.Time `json:"Time"`
 	} `json:"Start"`
+	KeyConcurrency int `json:"KeyConcurrency"` // in the last versions that wrote this form only
 }
 
 // legacyStartKinds are legacySpec's kind numbers.
@@ -167,5 +171,6 @@ func decodeLegacySpec(v string) (engine.GroupSpec, error) {
 			Multiplier: s.Retry.Multiplier, MaxDelay: s.Retry.MaxDelay},
 		DeadLetterLimit: s.DeadLetterLimit,
 		Start:           engine.Start{Kind: legacyStartKinds[s.Start.Kind], Offset: s.Start.Offset, Time: s.Start.Time},
+		KeyConcurrency:  s.KeyConcurrency,
 	}, nil
 }

@@ -24,6 +24,7 @@ var specCases = []struct {
 	{"start at an offset", engine.GroupSpec{DeadLetterLimit: 7, Start: engine.Start{Kind: engine.StartOffset, Offset: 1 << 40}}},
 	{"start at a time, to the nanosecond, not in UTC", engine.GroupSpec{DeadLetterLimit: 7,
 		Start: engine.Start{Kind: engine.StartTime, Time: time.Date(2026, 12, 4, 10, 11, 12, 13, time.FixedZone("X", 3600))}}},
+	{"key concurrency", engine.GroupSpec{DeadLetterLimit: 7, KeyConcurrency: 16}},
 }
 
 // TestStoredSpecRoundTrip: a group's options come back Equal from the
@@ -48,9 +49,9 @@ func TestStoredSpecRoundTrip(t *testing.T) {
 // existing groups are compared against.
 func TestStoredSpecForm(t *testing.T) {
 	spec := engine.GroupSpec{Retry: engine.RetryPolicy{MaxAttempts: 3, BaseDelay: 10 * time.Millisecond, Multiplier: 2, MaxDelay: time.Second},
-		DeadLetterLimit: 1024, Start: engine.Start{Kind: engine.StartOffset, Offset: 7}}
+		DeadLetterLimit: 1024, Start: engine.Start{Kind: engine.StartOffset, Offset: 7}, KeyConcurrency: 1}
 	const want = `{"v":1,"retry":{"max_attempts":3,"base_delay_ns":10000000,"multiplier":2,"max_delay_ns":1000000000},` +
-		`"dead_letter_limit":1024,"start":{"kind":"offset","offset":7}}`
+		`"dead_letter_limit":1024,"start":{"kind":"offset","offset":7},"key_concurrency":1}`
 	if got := encodeSpec(spec); got != want {
 		t.Errorf("stored form\n%s\nwant\n%s", got, want)
 	}
@@ -66,7 +67,8 @@ var legacySpecMeans = engine.GroupSpec{Retry: engine.RetryPolicy{MaxAttempts: 5,
 	DeadLetterLimit: 10, Start: engine.Start{Kind: engine.StartOffset, Offset: 4}}
 
 // TestLegacySpecIsRead: options in the form of earlier versions are read,
-// and a consumer that carries both forms is read in the stored one.
+// those of the last ones with their key concurrency, and a consumer that
+// carries both forms is read in the stored one.
 func TestLegacySpecIsRead(t *testing.T) {
 	got, err := decodeSpec(map[string]string{metaLegacySpec: legacySpecJSON})
 	if err != nil {
@@ -74,6 +76,11 @@ func TestLegacySpecIsRead(t *testing.T) {
 	}
 	if !got.Equal(legacySpecMeans) {
 		t.Errorf("got %+v, want %+v", got, legacySpecMeans)
+	}
+	const withKeys = `{"Retry":{"MaxAttempts":3,"BaseDelay":10000000,"Multiplier":2,"MaxDelay":1000000000},` +
+		`"DeadLetterLimit":1024,"Start":{"Kind":0,"Offset":0,"Time":"0001-01-01T00:00:00Z"},"KeyConcurrency":4}`
+	if got, err := decodeSpec(map[string]string{metaLegacySpec: withKeys}); err != nil || got.KeyConcurrency != 4 {
+		t.Errorf("the last legacy form, key concurrency 4: got %+v, %v", got, err)
 	}
 	both, err := decodeSpec(map[string]string{metaLegacySpec: legacySpecJSON, metaSpec: encodeSpec(specCases[0].spec)})
 	if err != nil || !both.Equal(specCases[0].spec) {
