@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/logbus/logbus/internal/enum"
 )
 
 // FullPolicy is what a full partition does with a new record.
@@ -19,15 +21,9 @@ const (
 	DropOldest
 )
 
-func (f FullPolicy) String() string {
-	switch f {
-	case Block:
-		return "Block"
-	case DropOldest:
-		return "DropOldest"
-	}
-	return fmt.Sprintf("FullPolicy(%d)", int(f))
-}
+var fullPolicyNames = []string{Block: "Block", DropOldest: "DropOldest"}
+
+func (f FullPolicy) String() string { return enum.Name(fullPolicyNames, "FullPolicy", f) }
 
 // Retention bounds a partition. Zero fields mean the defaults.
 type Retention struct {
@@ -411,17 +407,9 @@ const (
 	Stopped               // Close finished: every worker has exited
 )
 
-func (s State) String() string {
-	switch s {
-	case Running:
-		return "running"
-	case Draining:
-		return "draining"
-	case Stopped:
-		return "stopped"
-	}
-	return fmt.Sprintf("State(%d)", int32(s))
-}
+var stateNames = []string{Running: "running", Draining: "draining", Stopped: "stopped"}
+
+func (s State) String() string { return enum.Name(stateNames, "State", s) }
 
 // Config is what an engine is created with. Zero fields mean the defaults.
 type Config struct {

@@ -24,10 +24,9 @@ package jetstream
 //     alone, so Batch.Attempt holds for every record of a batch.
 
 import (
+	"cmp"
 	"errors"
-	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/logbus/logbus/engine"
@@ -45,125 +44,73 @@ type held struct {
 	md  *natsjs.MsgMetadata
 }
 
-// setMaxAckPending makes partition p's consumer allow n records unacked,
-// when it does not already. The server takes a whole configuration, so
-// the one it has is read and sent back changed: cfgMu keeps this broker's
-// Pause and Resume out meanwhile (a Pause by another broker in between
-// would be undone: a narrow window when a worker starts).
-func (g *group) setMaxAckPending(p, n int) error {
-	g.cfgMu.Lock()
-	defer g.cfgMu.Unlock()
-	ctx, cancel := g.e.ctx()
-	defer cancel()
-	info, err := g.consumers[p].Info(ctx)
-	if err != nil {
-		return err
-	}
-	if info.Config.MaxAckPending == n {
-		return nil
-	}
-	cfg := info.Config
-	cfg.MaxAckPending = n
-	_, err = g.e.js.UpdateConsumer(ctx, g.e.names.stream(g.t.name, p), cfg)
-	return err
+// batchRun is the loop of a worker whose member takes batches, and its
+// state: only the worker's goroutine touches it.
+type batchRun struct {
+	w       *worker
+	raised  bool      // MaxAckPending is the batch size
+	buf     []held    // fetched, unsettled, in stream order
+	epoch   uint64    // the slot's epoch buf was fetched in
+	retry   uint64    // the sequence of a failed record waiting out its backoff; 0 when none
+	retryAt time.Time // when the server delivers retry again
 }
 
-// runBatches is run for a batch consumer.
-func (w *worker) runBatches() {
-	s, g := w.s, w.g
-	raised := false // MaxAckPending is the batch size
-	var buf []held  // fetched, unsettled, in stream order
-	var retry uint64
-	var retryAt time.Time // when the server delivers retry again
-	s.mu.Lock()
-	epoch := s.epoch
-	s.mu.Unlock()
-	defer func() {
-		// Given back, to come again at once with the same attempt
-		// (giveBack). When a failed record waits out its backoff they wait
-		// behind it, so that it still goes first: then they come again
-		// counted as one more attempt (the server counts deliveries).
-		if retry == 0 {
-			msgs := make([]record, len(buf))
-			for i, h := range buf {
-				msgs[i] = h.msg
-			}
-			g.giveBack(s, epoch, msgs...)
-			return
-		}
-		delay := time.Until(retryAt) + g.e.cfg.pollWait
-		for _, h := range buf {
-			if delay > 0 {
-				_ = h.msg.NakWithDelay(delay)
-			} else {
-				_ = h.msg.Nak()
-			}
-		}
-	}()
+func newBatchRun(w *worker) *batchRun { return &batchRun{w: w, epoch: w.s.currentEpoch()} }
+
+// run is the worker's run for a batch consumer.
+func (b *batchRun) run() {
+	w, s, g := b.w, b.w.s, b.w.g
+	defer b.giveBackHeld()
 	lastKeep := time.Now()
 	for {
-		if !raised {
-			raised = g.setMaxAckPending(s.p, w.m.batch.MaxSize) == nil
+		if !b.raised {
+			b.raised = g.pause.setMaxAckPending(s.p, w.m.batch.MaxSize) == nil
 		}
-		if len(buf) > 0 && time.Since(lastKeep) > g.e.cfg.ackWait/3 {
-			// Records held while a failed one waits out its backoff.
-			for _, h := range buf {
-				_ = h.msg.InProgress()
-			}
+		if len(b.buf) > 0 && time.Since(lastKeep) > g.e.cfg.ackWait/3 {
+			b.keepAlive() // records held while a failed one waits out its backoff
 			lastKeep = time.Now()
 		}
-		if !w.batchGate(&buf, &epoch, &retry) {
-			if len(buf) > 0 && retry == 0 && g.nextOwner(w) == ownerRemote {
+		if !b.gate() {
+			if len(b.buf) > 0 && b.retry == 0 && g.members.nextOwner(w) == ownerRemote {
 				// As the per-record worker does with a record it holds: the
 				// partition goes to another broker (or this one is closing),
 				// so what was fetched is delivered here, as deliveries in
 				// flight, rather than given back with an attempt more.
-				retry, retryAt = w.finishHeld(&buf, epoch)
+				b.finishHeld()
 			}
 			return
 		}
 		// s.mu is held.
-		if len(buf) == 0 && retry == 0 && (s.wantsRedrive() || s.pending != nil) {
+		if len(b.buf) == 0 && b.retry == 0 && (s.wantsRedrive() || s.pending != nil) {
 			// Redriven dead letters go before the records not read yet, as
 			// batches of one.
 			s.mu.Unlock()
 			w.redriveStep()
 			continue
 		}
-		if n := deliverable(buf, retry, w.m.batch.MaxSize); n > 0 {
-			s.phase = busy
-			s.signal()
-			revoked := s.revoked
+		if n := deliverable(b.buf, b.retry, w.m.batch.MaxSize); n > 0 {
+			revoked := s.startLocked()
 			s.mu.Unlock()
-			var settled int
-			var ok bool
-			var failedAttempt int
-			settled, retry, failedAttempt, ok = w.deliverBatch(buf[:n], revoked)
-			buf = slices.Delete(buf, 0, settled)
-			if retry != 0 {
-				retryAt = time.Now().Add(g.spec.Retry.Delay(failedAttempt))
-			}
-			if !ok {
+			if !b.deliverNext(n, revoked) {
 				return
 			}
 			s.setPhase(parked)
 			continue
 		}
-		s.phase = fetching
-		s.signal()
+		s.setPhaseLocked(fetching)
 		s.mu.Unlock()
-		n := w.m.batch.MaxSize - len(buf)
-		if retry != 0 || n < 1 || !raised {
+		n := w.m.batch.MaxSize - len(b.buf)
+		if b.retry != 0 || n < 1 || !b.raised {
 			n = 1
 		}
-		got, err := w.fetchBatch(n, retry == 0)
+		got, err := b.fetch(n, b.retry == 0)
 		s.setPhase(parked)
 		g.pullFailed(err)
 		for _, h := range got {
-			buf = insertHeld(buf, h)
+			b.buf = insertHeld(b.buf, h)
 		}
-		if len(got) == 0 && retry != 0 && len(buf) > 0 && w.retryGone(retry) {
-			retry = 0 // retention took it while it waited: the partition moves on
+		if len(got) == 0 && b.retry != 0 && len(b.buf) > 0 && b.retryGone() {
+			b.retry = 0 // retention took it while it waited: the partition moves on
 		}
 		if err != nil && len(got) == 0 && !w.pause(g.e.cfg.pollWait) {
 			return
@@ -171,95 +118,112 @@ func (w *worker) runBatches() {
 	}
 }
 
-// finishHeld delivers buf, in batches, for a worker that stopped, while
-// nothing holds the slot. It returns a record left waiting out a retry,
-// and when it is due; the rest of buf is then given back.
-func (w *worker) finishHeld(buf *[]held, epoch uint64) (uint64, time.Time) {
-	s := w.s
-	for len(*buf) > 0 {
-		n := deliverable(*buf, 0, w.m.batch.MaxSize)
-		s.mu.Lock()
-		if s.holds > 0 || s.epoch != epoch {
-			s.mu.Unlock()
-			return 0, time.Time{}
+// giveBackHeld returns what the worker still holds as it exits: given
+// back, to come again at once with the same attempt (giveBack). When a
+// failed record waits out its backoff they wait behind it, so that it
+// still goes first: then they come again counted as one more attempt (the
+// server counts deliveries).
+func (b *batchRun) giveBackHeld() {
+	g := b.w.g
+	if b.retry == 0 {
+		msgs := make([]record, len(b.buf))
+		for i, h := range b.buf {
+			msgs[i] = h.msg
 		}
-		s.phase = busy
-		s.signal()
-		revoked := s.revoked
-		s.mu.Unlock()
-		settled, retry, attempt, ok := w.deliverBatch((*buf)[:n], revoked)
-		*buf = slices.Delete(*buf, 0, settled)
-		s.setPhase(parked)
-		if retry != 0 {
-			return retry, time.Now().Add(w.g.spec.Retry.Delay(attempt))
-		}
-		if !ok {
-			break
+		g.giveBack(b.w.s, b.epoch, msgs...)
+		return
+	}
+	delay := time.Until(b.retryAt) + g.e.cfg.pollWait
+	for _, h := range b.buf {
+		if delay > 0 {
+			_ = h.msg.NakWithDelay(delay)
+		} else {
+			_ = h.msg.Nak()
 		}
 	}
-	return 0, time.Time{}
 }
 
-// batchGate waits while the slot is held, keeping buf alive on the server;
-// it drops buf when a reset made it moot and takes a record the previous
-// local worker kept. It returns true with s.mu held when the worker may go
-// on, false (without it) when it must stop.
-func (w *worker) batchGate(buf *[]held, epoch, retry *uint64) bool {
-	s := w.s
-	var keep *time.Ticker
-	defer func() {
-		if keep != nil {
-			keep.Stop()
+// keepAlive tells the server the held records are still being handled.
+func (b *batchRun) keepAlive() {
+	for _, h := range b.buf {
+		_ = h.msg.InProgress()
+	}
+}
+
+// deliverNext delivers the first n held records as a batch (deliver),
+// drops those it settled, and notes a record left waiting out its retry.
+// It returns false when the worker must exit.
+func (b *batchRun) deliverNext(n int, revoked <-chan struct{}) bool {
+	settled, retry, attempt, ok := b.deliver(b.buf[:n], revoked)
+	b.buf = slices.Delete(b.buf, 0, settled)
+	b.retry = retry
+	if retry != 0 {
+		b.retryAt = time.Now().Add(b.w.g.spec.Retry.Delay(attempt))
+	}
+	return ok
+}
+
+// finishHeld delivers what the worker holds, in batches, for a worker that
+// stopped, while nothing holds the slot. It stops at a record left waiting
+// out a retry; the rest is then given back.
+func (b *batchRun) finishHeld() {
+	s := b.w.s
+	for len(b.buf) > 0 {
+		n := deliverable(b.buf, 0, b.w.m.batch.MaxSize)
+		s.mu.Lock()
+		if s.holds > 0 || s.epoch != b.epoch {
+			s.mu.Unlock()
+			return
 		}
-	}()
+		revoked := s.startLocked()
+		s.mu.Unlock()
+		ok := b.deliverNext(n, revoked)
+		s.setPhase(parked)
+		if b.retry != 0 || !ok {
+			return
+		}
+	}
+}
+
+// gate waits while the slot is held, keeping the held records alive on
+// the server; it drops them when a reset made them moot and takes a
+// record the previous local worker kept. It returns true with s.mu held
+// when the worker may go on, false (without it) when it must stop.
+func (b *batchRun) gate() bool {
+	w, s := b.w, b.w.s
+	keep := keeper{every: w.g.e.cfg.ackWait / 3}
+	defer keep.stop()
 	s.mu.Lock()
 	for {
-		if s.epoch != *epoch { // the consumer was reset: what was fetched before is moot
-			*buf, *retry, *epoch = nil, 0, s.epoch
+		if s.epoch != b.epoch { // the consumer was reset: what was fetched before is moot
+			b.buf, b.retry, b.epoch = nil, 0, s.epoch
 		}
 		if msg := s.pending; msg != nil && !isRedriven(msg) { // a redriven one is redriveStep's
 			if md, err := msg.Metadata(); err == nil && s.pendingEpoch == s.epoch {
-				*buf = insertHeld(*buf, held{msg: msg, seq: md.Sequence.Stream, md: md})
+				b.buf = insertHeld(b.buf, held{msg: msg, seq: md.Sequence.Stream, md: md})
 			}
 			s.pending = nil
 		}
 		if w.stopping() {
-			s.phase = parked
-			s.signal()
+			s.setPhaseLocked(parked)
 			s.mu.Unlock()
 			return false
 		}
 		if s.holds == 0 {
-			select { // a revocation is spent once its hold ended: a fresh one
-			case <-s.revoked:
-				s.revoked = make(chan struct{})
-			default:
-			}
+			s.renewRevokedLocked()
 			return true
 		}
-		s.phase = parked
-		if len(*buf) > 0 {
-			s.phase = holding
+		if len(b.buf) == 0 {
+			s.setPhaseLocked(parked)
+		} else {
+			s.setPhaseLocked(holding)
+			keep.start()
 		}
-		s.signal()
-		ch := s.changed
-		s.mu.Unlock()
-		if len(*buf) > 0 && keep == nil {
-			keep = time.NewTicker(w.g.e.cfg.ackWait / 3)
+		if s.waitLocked(w.stop, keep.ticks()) {
+			s.mu.Unlock()
+			b.keepAlive()
+			s.mu.Lock()
 		}
-		var tick <-chan time.Time
-		if keep != nil {
-			tick = keep.C
-		}
-		select {
-		case <-ch:
-		case <-w.stop:
-		case <-tick:
-			for _, h := range *buf {
-				_ = h.msg.InProgress()
-			}
-		}
-		s.mu.Lock()
 	}
 }
 
@@ -267,15 +231,7 @@ func (w *worker) batchGate(buf *[]held, epoch, retry *uint64) bool {
 // replaced (the server delivered it again: the newer delivery is the live
 // one).
 func insertHeld(buf []held, h held) []held {
-	i, found := slices.BinarySearchFunc(buf, h.seq, func(x held, seq uint64) int {
-		switch {
-		case x.seq < seq:
-			return -1
-		case x.seq > seq:
-			return 1
-		}
-		return 0
-	})
+	i, found := slices.BinarySearchFunc(buf, h.seq, func(x held, seq uint64) int { return cmp.Compare(x.seq, seq) })
 	if found {
 		buf[i] = h
 		return buf
@@ -306,76 +262,30 @@ func deliverable(buf []held, retry uint64, max int) int {
 	return n
 }
 
-// retryGone reports whether the record at seq, which failed and waits to
-// come back, is no longer in the stream.
-func (w *worker) retryGone(seq uint64) bool {
+// retryGone reports whether the failed record waiting to come back is no
+// longer in the stream.
+func (b *batchRun) retryGone() bool {
+	w := b.w
 	ctx, cancel := w.g.e.ctx()
 	defer cancel()
-	_, err := w.g.t.streams[w.s.p].GetMsg(ctx, seq)
+	_, err := w.g.t.streams[w.s.p].GetMsg(ctx, b.retry)
 	return errors.Is(err, natsjs.ErrMsgNotFound)
 }
 
-// puller returns the partition's puller, making it on first use.
-func (w *worker) puller() (*puller, error) {
-	return w.pullerOf(&w.s.puller, func() (string, string) {
-		return w.g.e.names.stream(w.g.t.name, w.s.p), w.g.e.names.consumer(w.g.name, w.s.p)
-	})
-}
-
-// pullerOf returns the puller in *field, one of the slot's (guarded by
-// its mu), making it on first use on the stream and consumer names gives.
-func (w *worker) pullerOf(field **puller, names func() (stream, consumer string)) (*puller, error) {
-	s := w.s
-	s.mu.Lock()
-	p := *field
-	s.mu.Unlock()
-	if p != nil {
-		return p, nil
-	}
-	stream, consumer := names()
-	p, err := newPuller(w.g.e.js, stream, consumer)
+// fetch pulls up to n records with one pull answered at once with what
+// the server has (no_wait), after waiting up to the poll wait for the
+// first; then, with topUp and MaxWait set, it pulls what comes within
+// MaxWait of the first, up to n. Each pull is read to its end, so no
+// answer of it is left for the next.
+func (b *batchRun) fetch(n int, topUp bool) ([]held, error) {
+	w := b.w
+	p, err := w.puller()
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	*field = p
-	s.mu.Unlock()
-	return p, nil
-}
-
-// batchPull is one open pull for up to n records, answered at once with
-// what the server has (no_wait), after waiting up to the poll wait for the
-// first.
-type batchPull struct {
-	p   *puller
-	err error
-	n   int
-}
-
-// openBatch opens a pull for up to n records.
-func (w *worker) openBatch(n int) *batchPull {
-	p, err := w.puller()
-	if err != nil {
-		return &batchPull{err: err}
+	if err := p.pullN(n, w.g.e.cfg.pollWait, true); err != nil {
+		return nil, err
 	}
-	return &batchPull{p: p, n: n, err: p.pullN(n, w.g.e.cfg.pollWait, true)}
-}
-
-// fetchBatch pulls up to n records: what the server has at once, after
-// waiting up to the poll wait for the first; then, with topUp and MaxWait
-// set, what comes within MaxWait of the first, up to n.
-func (w *worker) fetchBatch(n int, topUp bool) ([]held, error) {
-	return w.collectBatch(w.openBatch(n), topUp)
-}
-
-// collectBatch reads bp's answers, then tops the batch up as fetchBatch
-// says. Each pull is read to its end, so no answer of it is left for the
-// next.
-func (w *worker) collectBatch(bp *batchPull, topUp bool) ([]held, error) {
-	if bp.err != nil {
-		return nil, bp.err
-	}
-	p := bp.p
 	abort := w.g.e.handlerCtx.Done()
 	var got []held
 	read := func(want int, wait time.Duration) error {
@@ -393,17 +303,17 @@ func (w *worker) collectBatch(bp *batchPull, topUp bool) ([]held, error) {
 		}
 		return nil
 	}
-	if err := read(bp.n, w.g.e.cfg.pollWait); err != nil || len(got) == 0 {
+	if err := read(n, w.g.e.cfg.pollWait); err != nil || len(got) == 0 {
 		return got, err
 	}
 	if mw := w.m.batch.MaxWait; topUp && mw > 0 {
 		deadline := time.Now().Add(mw)
-		for len(got) < bp.n && !w.stopping() {
+		for len(got) < n && !w.stopping() {
 			left := time.Until(deadline)
 			if left < time.Millisecond {
 				break
 			}
-			want := bp.n - len(got)
+			want := n - len(got)
 			if err := p.pullN(want, left, false); err != nil {
 				break
 			}
@@ -415,58 +325,55 @@ func (w *worker) collectBatch(bp *batchPull, topUp bool) ([]held, error) {
 	return got, nil
 }
 
-// deliverBatch runs the handler on hs, consecutive first deliveries (or
-// one record), and settles the outcome. It returns how many records of hs
+// deliver runs the handler on hs, consecutive first deliveries (or one
+// record), and settles the outcome. It returns how many records of hs
 // were settled (acked, dead-lettered or sent back to retry), the sequence
 // of a record now waiting out its backoff (0 when none) and the attempt
 // that failed, and false when the worker must exit (Close gave up on the
 // batch: nothing is acked).
-func (w *worker) deliverBatch(hs []held, revoked <-chan struct{}) (settled int, retry uint64, attempt int, ok bool) {
+func (b *batchRun) deliver(hs []held, revoked <-chan struct{}) (settled int, retry uint64, attempt int, ok bool) {
+	w := b.w
 	g, s := w.g, w.s
-	stream := g.t.streams[s.p].CachedInfo().Config.Name
 	recs := make([]*engine.Record, 0, len(hs))
 	ids := make([]string, 0, len(hs))
 	for _, h := range hs {
-		rec, err := decodeRecord(h.msg.Headers(), h.msg.Data(), h.seq, h.md.Timestamp)
+		rec, err := decodeOrRaw(h.msg.Headers(), h.msg.Data(), h.seq, h.md.Timestamp)
 		if err != nil {
 			if len(recs) > 0 {
 				break // delivered after the records before it, alone
 			}
 			// Undecodable: a dead letter at once, as in the per-record path.
-			rec = &engine.Record{Offset: int64(h.seq) - 1, Value: h.msg.Data(), Created: h.md.Timestamp}
-			d := &engine.Delivery{Topic: g.t.name, Partition: s.p, ID: stream + "-" + strconv.FormatUint(h.seq, 10),
+			d := &engine.Delivery{Topic: g.t.name, Partition: s.p, ID: w.recordID(h.seq),
 				Record: rec, Attempt: int(h.md.NumDelivered), Revoked: revoked}
 			w.noteStart(h.seq, d.Attempt)
-			w.noteEnd(false)
-			if w.settle(h.msg, d, fmt.Errorf("%w: %v", engine.ErrPermanent, err)) {
+			s.ended(false)
+			if w.settle(h.msg, d, undecodable(err)) {
 				return 1, h.seq, d.Attempt, true
 			}
 			return 1, 0, 0, true
 		}
 		recs = append(recs, rec)
-		ids = append(ids, stream+"-"+strconv.FormatUint(h.seq, 10))
+		ids = append(ids, w.recordID(h.seq))
 	}
 	hs = hs[:len(recs)]
 	attempt = int(hs[0].md.NumDelivered)
-	b := &engine.Batch{Topic: g.t.name, Partition: s.p, Records: recs, IDs: ids, Attempt: attempt, Revoked: revoked}
+	batch := &engine.Batch{Topic: g.t.name, Partition: s.p, Records: recs, IDs: ids, Attempt: attempt, Revoked: revoked}
 	w.noteStart(hs[0].seq, attempt)
 	msgs := make([]record, len(hs))
 	for i, h := range hs {
 		msgs[i] = h.msg
 	}
 	stopKeep := w.keepAlive(msgs...)
-	done, failed := kit.Outcome(w.callBatch(b), len(hs))
+	done, failed := kit.Outcome(w.callBatch(batch), len(hs))
 	stopKeep()
-	w.noteEnd(failed != nil && kit.Judge(failed, attempt, g.spec.Retry.MaxAttempts) == kit.Retry)
+	s.ended(failed != nil && kit.Judge(failed, attempt, g.spec.Retry.MaxAttempts) == kit.Retry)
 	if g.e.handlerCtx.Err() != nil {
 		return 0, 0, 0, false // Close gave up on this batch: nothing is committed
 	}
 	if done > 0 {
 		// Counted, and next moved, before the acks, which Drain may see.
-		g.delivered.Add(int64(done))
-		s.mu.Lock()
-		s.next = hs[done-1].seq + 1
-		s.mu.Unlock()
+		g.counts.delivered.Add(int64(done))
+		s.settledTo(hs[done-1].seq)
 		for _, h := range hs[:done-1] {
 			_ = h.msg.Ack()
 		}
@@ -484,45 +391,4 @@ func (w *worker) deliverBatch(hs []held, revoked <-chan struct{}) (settled int, 
 		return done + 1, h.seq, attempt, true
 	}
 	return done + 1, 0, 0, true
-}
-
-// noteStart records, for the snapshot and the skip count, that a delivery
-// from stream sequence seq begins.
-func (w *worker) noteStart(seq uint64, attempt int) {
-	g, s := w.g, w.s
-	s.mu.Lock()
-	var skippedFrom uint64
-	if s.next != 0 && seq > s.next {
-		skippedFrom = s.next
-		g.skipped.Add(int64(seq - s.next))
-	}
-	s.next = seq
-	s.beginLocked(int64(seq)-1, attempt, w.m.name)
-	s.mu.Unlock()
-	if obs := g.e.obs; obs != nil && skippedFrom != 0 {
-		obs.Observe(&engine.Event{Kind: engine.EventSkip, Topic: g.t.name, Group: g.name,
-			Partition: s.p, Offset: int64(skippedFrom) - 1, To: int64(seq) - 1})
-	}
-}
-
-// beginLocked records, for the snapshot and the stuck watchdog, that
-// consumer's delivery of the record at offset begins, on attempt. s.mu is
-// held.
-func (s *slot) beginLocked(offset int64, attempt int, consumer string) {
-	s.inFlight, s.retrying, s.attempt = true, false, attempt
-	s.starts, s.offset, s.consumer = s.starts+1, offset, consumer
-}
-
-// noteEnd records that the delivery ended, and whether its failed record
-// will be retried.
-func (w *worker) noteEnd(retrying bool) {
-	w.s.mu.Lock()
-	w.s.inFlight, w.s.retrying = false, retrying
-	w.s.mu.Unlock()
-}
-
-// callBatch runs the member's batch handler (kit.Call: a panic becomes a
-// *PanicError).
-func (w *worker) callBatch(b *engine.Batch) error {
-	return kit.Call(w.g.e.handlerCtx, w.m.bh, b)
 }

@@ -126,8 +126,8 @@ func benchDeadLetterReads(b *testing.B, g *group, n int) {
 	b.Run("read=all-one-by-one", func(b *testing.B) {
 		for b.Loop() {
 			read := 0
-			err := g.getLetters(ctx, 1, uint64(n), func(m *natsjs.RawStreamMsg) bool {
-				_ = g.letter(m)
+			err := g.letters.getLetters(ctx, 1, uint64(n), func(m *natsjs.RawStreamMsg) bool {
+				_ = g.letters.letter(m)
 				read++
 				return true
 			})

@@ -1,8 +1,10 @@
 package jetstream
 
-// Dead letters: each group's dead-letter stream, how a letter is made to
-// fit on the server and stored, and how letters are read back and
-// discarded.
+// Dead letters: each group's dead-letter stream (its letters part), how
+// a letter is made to fit on the server and stored, and how letters are
+// read back and discarded. A worker decides when a record is
+// dead-lettered, and waits between stores (worker.deadLetter); the
+// letters part stores it.
 
 import (
 	"context"
@@ -13,18 +15,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/logbus/logbus/engine"
-	"github.com/logbus/logbus/internal/kit"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-)
-
-var (
-	_ engine.DeadLetterReader    = (*group)(nil)
-	_ engine.DeadLetterDiscarder = (*group)(nil)
 )
 
 // The headers of a dead letter, besides the record's own (recordHeaders).
@@ -117,6 +114,47 @@ const letterSlack = 64
 // maxHeaderLen is the server's bound on a message's headers.
 const maxHeaderLen = 64<<10 - 1
 
+// letters is a group's dead-letter stream, and what this process keeps
+// of the letters it made.
+type letters struct {
+	g   *group
+	dlq natsjs.Stream
+
+	mu   sync.Mutex       // guards errs and ids; never held across a server request
+	errs map[string]error // dead letters this process made, by letter ID: their original errors
+	ids  []string         // their IDs, oldest first: at most the dead-letter limit are kept
+
+	// What was last read from the server (readCounts): how many letters
+	// the stream holds, and how many were evicted.
+	held, evicted seenInt64
+}
+
+// openLetters finds or creates the group's dead-letter stream.
+func openLetters(ctx context.Context, g *group) (*letters, error) {
+	dlq, err := g.stream(ctx, natsjs.StreamConfig{
+		Name:      g.e.names.dlqStream(g.t.name, g.name),
+		Subjects:  []string{g.e.names.dlqSubject(g.t.name, g.name)},
+		Retention: natsjs.LimitsPolicy,
+		MaxMsgs:   max(int64(g.spec.DeadLetterLimit), 1), // NoDeadLetters stores none (worker.deadLetter), and -1 is no limit here
+		Discard:   natsjs.DiscardOld,
+		// Read by batches of direct gets (scan).
+		AllowDirect: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &letters{g: g, dlq: dlq, errs: map[string]error{}}, nil
+}
+
+// countedFrom sets what the reads serve until they read the server
+// themselves (readCounts), from the streams as opened: rst is the redrive
+// stream's state.
+func (l *letters) countedFrom(ctx context.Context, rst natsjs.StreamState) {
+	dst := l.dlq.CachedInfo().State
+	l.held.store(int64(dst.Msgs))
+	l.evicted.store(max(0, int64(dst.LastSeq)-int64(dst.Msgs)-int64(rst.LastSeq)-l.discarded(ctx)))
+}
+
 // letterID names the dead letter of d: the record's ID, its delivery's
 // consumer sequence and the time, so that a retried store of one letter
 // is stored once (the server's duplicate window) and a record dead-
@@ -130,9 +168,10 @@ func letterID(d *engine.Delivery, md *natsjs.MsgMetadata) string {
 	return d.ID + "-" + strconv.FormatUint(cseq, 10) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 }
 
-// letterMsg is the dead letter of d's record, from msg, keeping what
+// message is the dead letter of d's record, from msg, keeping what
 // shape says.
-func (g *group) letterMsg(msg record, d *engine.Delivery, herr error, failedAt time.Time, shape letterShape) *nats.Msg {
+func (l *letters) message(msg record, d *engine.Delivery, herr error, failedAt time.Time, shape letterShape) *nats.Msg {
+	g := l.g
 	dl := nats.NewMsg(g.e.names.dlqSubject(g.t.name, g.name))
 	if shape == wholeRecord {
 		dl.Data = msg.Data()
@@ -167,7 +206,8 @@ func (g *group) letterMsg(msg record, d *engine.Delivery, herr error, failedAt t
 // fits reports whether dl, published under message ID id, is within the
 // server's limits as this client knows them (its max_payload, 64 KiB of
 // headers), with letterSlack to spare.
-func (g *group) fits(dl *nats.Msg, id string) bool {
+func (l *letters) fits(dl *nats.Msg, id string) bool {
+	g := l.g
 	h := headerLen(dl.Header) + len(natsjs.MsgIDHeader) + len(": \r\n") + len(id) + letterSlack
 	limit := g.e.js.Conn().MaxPayload()
 	return h <= maxHeaderLen && (limit <= 0 || int64(h+len(dl.Data)) <= limit)
@@ -191,7 +231,7 @@ func refused(err error) bool {
 		errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500
 }
 
-// storeLetter stores the dead letter of d's record in the group's
+// store stores the dead letter of d's record in the group's
 // dead-letter stream, under message ID id (so a retried store is stored
 // once), counts it and reports it. The letter is shaped to fit on the
 // server: its error text cut to MaxErrorText; without the record's value
@@ -199,26 +239,27 @@ func refused(err error) bool {
 // and headers when the headers alone would pass 64 KiB (Truncated). A
 // store the server refuses for its size is tried again at once in the
 // next shape.
-func (g *group) storeLetter(ctx context.Context, msg record, d *engine.Delivery, herr error, consumer, id string) error {
+func (l *letters) store(ctx context.Context, msg record, d *engine.Delivery, herr error, consumer, id string) error {
+	g := l.g
 	now := time.Now()
 	shape := wholeRecord
-	dl := g.letterMsg(msg, d, herr, now, shape)
-	for shape < noRecord && !g.fits(dl, id) {
+	dl := l.message(msg, d, herr, now, shape)
+	for shape < noRecord && !l.fits(dl, id) {
 		shape++
-		dl = g.letterMsg(msg, d, herr, now, shape)
+		dl = l.message(msg, d, herr, now, shape)
 	}
 	evicted := false
-	g.mu.Lock()
-	if _, ok := g.letters[id]; !ok {
-		g.lettersQ = append(g.lettersQ, id)
-		if len(g.lettersQ) > g.spec.DeadLetterLimit { // the stream evicted that one too
-			delete(g.letters, g.lettersQ[0])
-			g.lettersQ = g.lettersQ[1:]
+	l.mu.Lock()
+	if _, ok := l.errs[id]; !ok {
+		l.ids = append(l.ids, id)
+		if len(l.ids) > g.spec.DeadLetterLimit { // the stream evicted that one too
+			delete(l.errs, l.ids[0])
+			l.ids = l.ids[1:]
 			evicted = true
 		}
 	}
-	g.letters[id] = herr
-	g.mu.Unlock()
+	l.errs[id] = herr
+	l.mu.Unlock()
 	for {
 		_, err := g.e.js.PublishMsg(ctx, dl, natsjs.WithMsgID(id))
 		if err == nil {
@@ -228,9 +269,9 @@ func (g *group) storeLetter(ctx context.Context, msg record, d *engine.Delivery,
 			return err
 		}
 		shape++
-		dl = g.letterMsg(msg, d, herr, now, shape)
+		dl = l.message(msg, d, herr, now, shape)
 	}
-	g.deadLettered.Add(1) // before the Term, which Drain may see at once
+	g.counts.deadLettered.Add(1) // before the Term, which Drain may see at once
 	if obs := g.e.obs; obs != nil {
 		// Before the Term too, so that whoever sees the commit (Drain) has
 		// seen the event.
@@ -249,70 +290,17 @@ func (g *group) storeLetter(ctx context.Context, msg record, d *engine.Delivery,
 	return nil
 }
 
-// deadLetter stores the dead letter of d's record (storeLetter), for a
-// worker that gave up on it; the caller then settles the record. When the
-// server refuses the letter, it is tried again after the group's retry
-// backoff, the handler not called again, the record kept alive, up to
-// MaxAttempts tries in all; then it is dropped (dropLetter), and the
-// record settled all the same. When the server cannot be asked (no
-// answer, no connection), it is tried again, backing off the same way,
-// for as long as it takes. Meanwhile Snapshot shows the partition
-// Retrying. deadLetter reports whether the worker stopped first: the
-// record is then given back unsettled (the next owner delivers it again,
-// with Attempt+1) and the caller must not settle it.
-func (w *worker) deadLetter(msg record, d *engine.Delivery, herr error, id string) (stopped bool) {
-	g := w.g
-	if g.spec.DeadLetterLimit == engine.NoDeadLetters { // a letter is evicted as it comes
-		g.dropLetter(d, herr, nil, w.m.name, id)
-		return false
-	}
-	for try := 1; ; try++ {
-		ctx, cancel := g.e.ctx()
-		err := g.storeLetter(ctx, msg, d, herr, w.m.name, id)
-		cancel()
-		switch {
-		case err == nil:
-			return false
-		case refused(err) && try >= g.spec.Retry.MaxAttempts:
-			g.dropLetter(d, herr, err, w.m.name, id)
-			return false
-		}
-		if !w.waitToStore(msg, d, g.spec.Retry.Delay(try)) {
-			g.forgetLetter(id)
-			_ = msg.Nak()
-			return true
-		}
-	}
-}
-
-// waitToStore waits out delay before a dead letter's next store, keeping
-// msg alive on the server; false when the worker stopped (or Close gave
-// up) first.
-func (w *worker) waitToStore(msg record, d *engine.Delivery, delay time.Duration) bool {
-	s := w.s
-	s.mu.Lock()
-	s.retrying, s.attempt = true, d.Attempt
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.retrying = false
-		s.mu.Unlock()
-	}()
-	stopKeep := w.keepAlive(msg)
-	defer stopKeep()
-	return kit.Wait(delay, w.stop, w.g.e.handlerCtx.Done())
-}
-
-// dropLetter gives up storing the dead letter of d's record, which the
+// drop gives up storing the dead letter of d's record, which the
 // server refused (cause), or which a group that keeps no dead letters
 // (NoDeadLetters, cause nil) does not store: it is counted in DeadLettered
 // and DeadLettersEvicted and reported by EventDeadLetter with Count 1
 // (evicted) and, with a cause, an error that wraps the handler's and says
 // why the letter was not stored.
-func (g *group) dropLetter(d *engine.Delivery, herr, cause error, consumer, id string) {
-	g.forgetLetter(id)
-	g.deadLettered.Add(1)
-	g.dropped.Add(1)
+func (l *letters) drop(d *engine.Delivery, herr, cause error, consumer, id string) {
+	g := l.g
+	l.forget(id)
+	g.counts.deadLettered.Add(1)
+	g.counts.dropped.Add(1)
 	if obs := g.e.obs; obs != nil {
 		err := herr
 		if cause != nil {
@@ -325,54 +313,27 @@ func (g *group) dropLetter(d *engine.Delivery, herr, cause error, consumer, id s
 	}
 }
 
-// terminate tells the server a dead-lettered record is done with (a
-// Term), and waits until the ack floor passes it: a Term has no
-// confirmation, and Committed and Drain must see the dead letter settled
-// when the handler's caller does.
-func (g *group) terminate(msg record, d *engine.Delivery, md *natsjs.MsgMetadata) {
-	if err := msg.TermWithReason("logbus: dead-lettered"); err != nil || md == nil {
-		return
-	}
-	ctx, cancel := g.e.ctx()
-	defer cancel()
-	for {
-		info, err := g.consumers[d.Partition].Info(ctx)
-		if err != nil || info.AckFloor.Stream >= md.Sequence.Stream {
-			return
-		}
-		t := time.NewTimer(2 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// forgetLetter drops what this process kept of a dead letter that left
+// forget drops what this process kept of a dead letter that left
 // the stream (or never reached it), so that its eviction count stays true.
-func (g *group) forgetLetter(id string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if _, ok := g.letters[id]; !ok {
+func (l *letters) forget(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.errs[id]; !ok {
 		return
 	}
-	delete(g.letters, id)
-	if i := slices.Index(g.lettersQ, id); i >= 0 {
-		g.lettersQ = slices.Delete(g.lettersQ, i, i+1)
+	delete(l.errs, id)
+	if i := slices.Index(l.ids, id); i >= 0 {
+		l.ids = slices.Delete(l.ids, i, i+1)
 	}
 }
 
 // letter is the dead letter m of the group's dead-letter stream.
-func (g *group) letter(m *natsjs.RawStreamMsg) engine.DeadLetter {
+func (l *letters) letter(m *natsjs.RawStreamMsg) engine.DeadLetter {
+	g := l.g
 	h := m.Header
 	offset, _ := strconv.ParseInt(h.Get(hdrOffset), 10, 64)
 	created, _ := time.Parse(time.RFC3339Nano, h.Get(hdrCreated))
-	rec, err := decodeRecord(h, m.Data, uint64(offset)+1, created)
-	if err != nil {
-		rec = &engine.Record{Offset: offset, Value: m.Data, Created: created}
-	}
+	rec, _ := decodeOrRaw(h, m.Data, uint64(offset)+1, created)
 	partition, _ := strconv.Atoi(h.Get(hdrPartition))
 	attempts, _ := strconv.Atoi(h.Get(hdrAttempts))
 	failedAt, _ := time.Parse(time.RFC3339Nano, h.Get(hdrFailedAt))
@@ -382,9 +343,9 @@ func (g *group) letter(m *natsjs.RawStreamMsg) engine.DeadLetter {
 		dl.Truncated = true
 		dl.ValueSize, _ = strconv.Atoi(h.Get(hdrValueSize))
 	}
-	g.mu.Lock()
-	dl.Err = g.letters[h.Get(natsjs.MsgIDHeader)]
-	g.mu.Unlock()
+	l.mu.Lock()
+	dl.Err = l.errs[h.Get(natsjs.MsgIDHeader)]
+	l.mu.Unlock()
 	if dl.Err == nil {
 		text := h.Get(hdrError)
 		switch h.Get(hdrErrorKind) {
@@ -421,22 +382,12 @@ type directGet struct {
 // (made by an earlier version, and not yet updated by this one).
 var errNoDirect = errors.New("the dead-letter stream does not allow direct gets")
 
-// bounded runs f with ctx bounded by the request timeout when it has no
-// deadline of its own.
-func (g *group) bounded(ctx context.Context, f func(context.Context) error) error {
-	if _, ok := ctx.Deadline(); ok {
-		return f(ctx)
-	}
-	ctx, cancel := context.WithTimeout(ctx, g.e.cfg.requestTimeout)
-	defer cancel()
-	return f(ctx)
-}
-
-// scanLetters reads the dead letters with sequences from..to, oldest
+// scan reads the dead letters with sequences from..to, oldest
 // first, and calls yield for each until it returns false. Each batch is
 // bounded by ctx, and by the request timeout when ctx has no deadline.
 // It returns an error when the server did not answer in time or refused.
-func (g *group) scanLetters(ctx context.Context, from, to uint64, yield func(*natsjs.RawStreamMsg) bool) error {
+func (l *letters) scan(ctx context.Context, from, to uint64, yield func(*natsjs.RawStreamMsg) bool) error {
+	g := l.g
 	nc := g.e.js.Conn()
 	// A synchronous subscription buffers a whole batch (up to 64 MiB and
 	// its max_bytes is 4) while yield runs: a channel's would drop what
@@ -450,7 +401,7 @@ func (g *group) scanLetters(ctx context.Context, from, to uint64, yield func(*na
 	for from <= to {
 		req, _ := json.Marshal(directGet{Seq: from, Batch: int(min(to-from+1, letterBatch)), MaxBytes: letterBatchBytes})
 		last, done := uint64(0), false
-		err := g.bounded(ctx, func(ctx context.Context) error {
+		err := g.e.boundedDo(ctx, func(ctx context.Context) error {
 			if err := nc.PublishRequest(subj, sub.Subject, req); err != nil {
 				return err
 			}
@@ -487,7 +438,7 @@ func (g *group) scanLetters(ctx context.Context, from, to uint64, yield func(*na
 			}
 		})
 		if errors.Is(err, errNoDirect) {
-			return g.getLetters(ctx, from, to, yield)
+			return l.getLetters(ctx, from, to, yield)
 		}
 		if err != nil {
 			return err
@@ -500,12 +451,13 @@ func (g *group) scanLetters(ctx context.Context, from, to uint64, yield func(*na
 	return nil
 }
 
-// getLetters is scanLetters one request per letter, for a stream that
+// getLetters is scan one request per letter, for a stream that
 // does not allow direct gets.
-func (g *group) getLetters(ctx context.Context, from, to uint64, yield func(*natsjs.RawStreamMsg) bool) error {
+func (l *letters) getLetters(ctx context.Context, from, to uint64, yield func(*natsjs.RawStreamMsg) bool) error {
+	g := l.g
 	for seq := from; seq <= to; seq++ {
 		var m *natsjs.RawStreamMsg
-		err := g.bounded(ctx, func(ctx context.Context) (err error) { m, err = g.dlq.GetMsg(ctx, seq); return err })
+		err := g.e.boundedDo(ctx, func(ctx context.Context) (err error) { m, err = l.dlq.GetMsg(ctx, seq); return err })
 		if errors.Is(err, natsjs.ErrMsgNotFound) {
 			continue
 		}
@@ -522,9 +474,10 @@ func (g *group) getLetters(ctx context.Context, from, to uint64, yield func(*nat
 // latest reads the group's newest n dead letters from the server, newest
 // first: a batch at a time from the last sequence backwards. With an
 // error it returns those it read.
-func (g *group) latest(ctx context.Context, n int) ([]engine.DeadLetter, error) {
+func (l *letters) latest(ctx context.Context, n int) ([]engine.DeadLetter, error) {
+	g := l.g
 	var info *natsjs.StreamInfo
-	if err := g.bounded(ctx, func(ctx context.Context) (err error) { info, err = g.dlq.Info(ctx); return err }); err != nil {
+	if err := g.e.boundedDo(ctx, func(ctx context.Context) (err error) { info, err = l.dlq.Info(ctx); return err }); err != nil {
 		return nil, g.e.ctxErr(ctx, fmt.Errorf("dead-letter stream: %w", err))
 	}
 	first, hi := max(info.State.FirstSeq, 1), info.State.LastSeq
@@ -538,8 +491,8 @@ func (g *group) latest(ctx context.Context, n int) ([]engine.DeadLetter, error) 
 			lo = hi - uint64(want) + 1
 		}
 		chunk = chunk[:0]
-		err := g.scanLetters(ctx, lo, hi, func(m *natsjs.RawStreamMsg) bool {
-			chunk = append(chunk, g.letter(m))
+		err := l.scan(ctx, lo, hi, func(m *natsjs.RawStreamMsg) bool {
+			chunk = append(chunk, l.letter(m))
 			return true
 		})
 		// The chunk is oldest first; letters removed meanwhile leave it
@@ -555,7 +508,7 @@ func (g *group) latest(ctx context.Context, n int) ([]engine.DeadLetter, error) 
 	return out, nil
 }
 
-// DeadLetters reads the group's dead letters from the server, newest
+// all reads the group's dead letters from the server, newest
 // first by batches, and returns them oldest first, bounded by the request
 // timeout. A read cut short (the server did not answer in time) returns
 // the newest letters it read: fewer than GroupSnapshot.DeadLetters, the
@@ -565,21 +518,22 @@ func (g *group) latest(ctx context.Context, n int) ([]engine.DeadLetter, error) 
 // *engine.PanicError (its Value the panic's text, no stack) or an error
 // wrapping ErrPermanent. After Close it answers from what Close read;
 // none once the group was deleted.
-func (g *group) DeadLetters() []engine.DeadLetter {
-	if g.gone.Load() != nil { // deleted: an empty group
+func (l *letters) all() []engine.DeadLetter {
+	g := l.g
+	if g.fate.gone() { // deleted: an empty group
 		return nil
 	}
-	if s := g.snap.Load(); s != nil {
+	if s := g.seen.snap.Load(); s != nil {
 		return slices.Clone(s.letters)
 	}
 	ctx, cancel := g.e.ctx()
 	defer cancel()
-	letters, _ := g.latest(ctx, math.MaxInt)
-	slices.Reverse(letters)
-	return letters
+	out, _ := l.latest(ctx, math.MaxInt)
+	slices.Reverse(out)
+	return out
 }
 
-// LatestDeadLetters returns the group's newest n dead letters, newest
+// latestN returns the group's newest n dead letters, newest
 // first (engine.DeadLetterReader), reading them from the last backwards
 // by batches: its cost is in n, not in how many letters the group holds.
 // ctx bounds it, and the request timeout each batch when ctx has no
@@ -589,14 +543,15 @@ func (g *group) DeadLetters() []engine.DeadLetter {
 // Close it answers from the letters Close read (the newest, when that
 // read was cut short: then, when n asks for more, with an error wrapping
 // ErrClosed).
-func (g *group) LatestDeadLetters(ctx context.Context, n int) ([]engine.DeadLetter, error) {
+func (l *letters) latestN(ctx context.Context, n int) ([]engine.DeadLetter, error) {
+	g := l.g
 	if n < 0 {
 		return nil, fmt.Errorf("%w: dead letters: n is %d", engine.ErrInvalid, n)
 	}
-	if err := g.refuseGone(); err != nil {
+	if err := g.fate.err(); err != nil {
 		return nil, err
 	}
-	if s := g.snap.Load(); s != nil {
+	if s := g.seen.snap.Load(); s != nil {
 		out := make([]engine.DeadLetter, 0, min(n, len(s.letters)))
 		for i := len(s.letters) - 1; i >= 0 && len(out) < n; i-- {
 			out = append(out, s.letters[i])
@@ -609,10 +564,10 @@ func (g *group) LatestDeadLetters(ctx context.Context, n int) ([]engine.DeadLett
 	if n == 0 {
 		return nil, nil
 	}
-	return g.latest(ctx, n)
+	return l.latest(ctx, n)
 }
 
-// DiscardDeadLetters removes the dead letters match accepts, every one
+// discard removes the dead letters match accepts, every one
 // when match is nil, and returns how many it removed
 // (engine.DeadLetterDiscarder). With nil it purges the dead-letter
 // stream up to its last letter when called, in one request (letters
@@ -624,20 +579,21 @@ func (g *group) LatestDeadLetters(ctx context.Context, n int) ([]engine.DeadLett
 // error says so. Removed letters are not counted in DeadLettersEvicted:
 // the group's count of them is kept on the server, in the deal bucket.
 // After Close began it fails with ErrClosed.
-func (g *group) DiscardDeadLetters(ctx context.Context, match func(*engine.DeadLetter) bool) (n int, err error) {
+func (l *letters) discard(ctx context.Context, match func(*engine.DeadLetter) bool) (n int, err error) {
+	g := l.g
 	if err := g.refuseWork("discard dead letters"); err != nil {
 		return 0, err
 	}
 	defer func() {
 		if n > 0 {
-			g.countDiscarded(ctx, n)
+			l.countDiscarded(ctx, n)
 		}
 		if err != nil {
 			err = g.e.ctxErr(ctx, fmt.Errorf("removed %d dead letters, then: %w", n, err))
 		}
 	}()
 	var info *natsjs.StreamInfo
-	if err := g.bounded(ctx, func(ctx context.Context) (err error) { info, err = g.dlq.Info(ctx); return err }); err != nil {
+	if err := g.e.boundedDo(ctx, func(ctx context.Context) (err error) { info, err = l.dlq.Info(ctx); return err }); err != nil {
 		return 0, err
 	}
 	last := info.State.LastSeq
@@ -645,26 +601,26 @@ func (g *group) DiscardDeadLetters(ctx context.Context, match func(*engine.DeadL
 		return 0, nil
 	}
 	if match == nil {
-		purged, err := g.purgeLetters(ctx, last+1)
+		purged, err := l.purge(ctx, last+1)
 		if err == nil {
-			g.mu.Lock()
-			clear(g.letters)
-			g.lettersQ = nil
-			g.mu.Unlock()
+			l.mu.Lock()
+			clear(l.errs)
+			l.ids = nil
+			l.mu.Unlock()
 		}
 		return purged, err
 	}
 	var delErr error
-	err = g.scanLetters(ctx, info.State.FirstSeq, last, func(m *natsjs.RawStreamMsg) bool {
-		l := g.letter(m)
-		if !match(&l) {
+	err = l.scan(ctx, info.State.FirstSeq, last, func(m *natsjs.RawStreamMsg) bool {
+		dl := l.letter(m)
+		if !match(&dl) {
 			return true
 		}
-		delErr = g.bounded(ctx, func(ctx context.Context) error { return g.dlq.DeleteMsg(ctx, m.Sequence) })
+		delErr = g.e.boundedDo(ctx, func(ctx context.Context) error { return l.dlq.DeleteMsg(ctx, m.Sequence) })
 		switch {
 		case delErr == nil:
 			n++
-			g.forgetLetter(m.Header.Get(natsjs.MsgIDHeader))
+			l.forget(m.Header.Get(natsjs.MsgIDHeader))
 		case errors.Is(delErr, natsjs.ErrMsgNotFound): // taken meanwhile (a Redrive, another discard)
 			delErr = nil
 		default:
@@ -675,9 +631,10 @@ func (g *group) DiscardDeadLetters(ctx context.Context, match func(*engine.DeadL
 	return n, errors.Join(err, delErr)
 }
 
-// purgeLetters removes every dead letter below sequence before, and
+// purge removes every dead letter below sequence before, and
 // returns how many the server removed.
-func (g *group) purgeLetters(ctx context.Context, before uint64) (int, error) {
+func (l *letters) purge(ctx context.Context, before uint64) (int, error) {
+	g := l.g
 	req, _ := json.Marshal(struct {
 		Seq uint64 `json:"seq"`
 	}{before})
@@ -688,7 +645,7 @@ func (g *group) purgeLetters(ctx context.Context, before uint64) (int, error) {
 			Description string `json:"description"`
 		} `json:"error"`
 	}
-	err := g.bounded(ctx, func(ctx context.Context) error {
+	err := g.e.boundedDo(ctx, func(ctx context.Context) error {
 		m, err := g.e.js.Conn().RequestWithContext(ctx, apiPrefix(g.e.js)+"STREAM.PURGE."+g.e.names.dlqStream(g.t.name, g.name), req)
 		if err != nil {
 			return err
@@ -707,18 +664,20 @@ func (g *group) purgeLetters(ctx context.Context, before uint64) (int, error) {
 // "<the dead-letter stream's creation time>:<count>", so that a count
 // left by a deleted group of the same name is not taken for the new
 // one's.
-func (g *group) discardedKey() string { return g.e.names.memberPrefix(g.t.name, g.name) + "discarded" }
+func (l *letters) discardedKey() string {
+	return l.g.e.names.memberPrefix(l.g.t.name, l.g.name) + "discarded"
+}
 
-// dlqCreated names the group's dead-letter stream by its creation time.
-func (g *group) dlqCreated() string {
-	return strconv.FormatInt(g.dlq.CachedInfo().Created.UnixNano(), 36)
+// created names the group's dead-letter stream by its creation time.
+func (l *letters) created() string {
+	return strconv.FormatInt(l.dlq.CachedInfo().Created.UnixNano(), 36)
 }
 
 // parseDiscarded reads a discardedKey value: the count, when it is the
 // current dead-letter stream's.
-func (g *group) parseDiscarded(v []byte) int64 {
+func (l *letters) parseDiscarded(v []byte) int64 {
 	created, count, ok := strings.Cut(string(v), ":")
-	if !ok || created != g.dlqCreated() {
+	if !ok || created != l.created() {
 		return 0
 	}
 	n, _ := strconv.ParseInt(count, 10, 64)
@@ -728,17 +687,18 @@ func (g *group) parseDiscarded(v []byte) int64 {
 // countDiscarded adds n to the group's count of discarded letters
 // (compare-and-set, so brokers discarding at once add up). Bounded by the
 // request timeout; the count misses n if the server cannot be asked.
-func (g *group) countDiscarded(ctx context.Context, n int) {
+func (l *letters) countDiscarded(ctx context.Context, n int) {
+	g := l.g
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.e.cfg.requestTimeout)
 	defer cancel()
-	value := func(was int64) []byte { return []byte(g.dlqCreated() + ":" + strconv.FormatInt(was+int64(n), 10)) }
+	value := func(was int64) []byte { return []byte(l.created() + ":" + strconv.FormatInt(was+int64(n), 10)) }
 	for range 10 {
-		e, err := g.e.deals.Get(ctx, g.discardedKey())
+		e, err := g.e.deals.Get(ctx, l.discardedKey())
 		switch {
 		case errors.Is(err, natsjs.ErrKeyNotFound):
-			_, err = g.e.deals.Create(ctx, g.discardedKey(), value(0))
+			_, err = g.e.deals.Create(ctx, l.discardedKey(), value(0))
 		case err == nil:
-			_, err = g.e.deals.Update(ctx, g.discardedKey(), value(g.parseDiscarded(e.Value())), e.Revision())
+			_, err = g.e.deals.Update(ctx, l.discardedKey(), value(l.parseDiscarded(e.Value())), e.Revision())
 		}
 		if err == nil || ctx.Err() != nil {
 			return
@@ -748,10 +708,36 @@ func (g *group) countDiscarded(ctx context.Context, n int) {
 
 // discarded reads the group's count of discarded letters: 0 when there
 // is none, or the server cannot be asked.
-func (g *group) discarded(ctx context.Context) int64 {
-	e, err := g.e.deals.Get(ctx, g.discardedKey())
+func (l *letters) discarded(ctx context.Context) int64 {
+	g := l.g
+	e, err := g.e.deals.Get(ctx, l.discardedKey())
 	if err != nil {
 		return 0
 	}
-	return g.parseDiscarded(e.Value())
+	return l.parseDiscarded(e.Value())
+}
+
+// readCounts reads, within r, how many dead letters the group holds and
+// how many were evicted, into held and evicted.
+func (l *letters) readCounts(r *reading) {
+	g := l.g
+	if !r.ask() || g.fate.gone() {
+		return
+	}
+	// Every letter the stream ever stored is still there, evicted, taken
+	// by Redrive, which stored one copy of it in the redrive stream (a
+	// work queue: its last sequence counts every copy ever stored), or
+	// removed by DiscardDeadLetters, which counts them in the deal bucket.
+	info, err := l.dlq.Info(r.ctx)
+	if !r.got(err) {
+		return
+	}
+	l.held.store(int64(info.State.Msgs))
+	gone := int64(info.State.LastSeq) - int64(info.State.Msgs)
+	rinfo, err := g.redrive.rdq.Info(r.ctx)
+	if !r.got(err) {
+		return
+	}
+	gone -= int64(rinfo.State.LastSeq) + l.discarded(r.ctx)
+	l.evicted.store(max(0, gone))
 }

@@ -49,6 +49,14 @@
 // its streams; with another partition count or retention it is
 // ErrTopicExists.
 //
+// A group's options (retries, dead-letter limit, start) are stored with
+// its consumers, in a versioned form of this engine's own, so that a
+// broker joining the group with other options gets ErrSubscription.
+// Groups made by earlier versions of logbus are read in the form those
+// wrote; a broker of an earlier version cannot join a group this version
+// made (ErrSubscription), so upgrade a group's brokers before they make
+// new groups.
+//
 // # What maps exactly, what approximately
 //
 //	logbus promise                        here

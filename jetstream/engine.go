@@ -1,11 +1,13 @@
 package jetstream
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,7 +60,7 @@ func (o *opener) Open(ecfg engine.Config) (engine.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &eng{cfg: cfg, names: names{prefix: encodeName(cfg.prefix)}, retry: retry, obs: ecfg.Observer,
+	e := &eng{cfg: cfg, names: names{prefix: encodeName(cfg.prefix)}, retry: retry, obs: ecfg.Observer, conn: conn{timeout: cfg.requestTimeout},
 		topics: map[string]*topic{}, groups: map[groupKey]*group{}, retired: map[*group]bool{},
 		closing: make(chan struct{}), commits: make(chan struct{})}
 	e.handlerCtx, e.cancelHandlers = context.WithCancel(context.Background())
@@ -103,6 +105,46 @@ func (o *opener) Open(ecfg engine.Config) (engine.Engine, error) {
 	return e, nil
 }
 
+// membersBucket is the membership bucket's configuration: a key per
+// member, expiring a TTL after its last heartbeat.
+func (e *eng) membersBucket() natsjs.KeyValueConfig {
+	return natsjs.KeyValueConfig{Bucket: e.names.bucket(), TTL: e.cfg.memberTTL, History: 1}
+}
+
+// dealsBucket is the assignment bucket's configuration: a key per group
+// (assign.go), without TTL.
+func (e *eng) dealsBucket() natsjs.KeyValueConfig {
+	return natsjs.KeyValueConfig{Bucket: e.names.bucket() + "_deals", History: 1}
+}
+
+// ensureBuckets makes the membership and assignment buckets again when
+// the server has lost them (memory storage, as older versions made them,
+// across a restart of the server; a deletion), and reports whether it
+// made one. The keys were lost with them: heartbeats create the members'
+// again, and the next reconcile deals afresh. Groups call it when a
+// reconcile fails; it asks the server at most once per MemberTTL/3 for
+// the whole engine, each time bounded by MemberTTL/3.
+func (e *eng) ensureBuckets() bool {
+	e.bucketsMu.Lock()
+	defer e.bucketsMu.Unlock()
+	every := e.cfg.memberTTL / 3
+	if time.Since(e.bucketsChecked) < every {
+		return false
+	}
+	e.bucketsChecked = time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), every)
+	defer cancel()
+	made := false
+	for _, cfg := range []natsjs.KeyValueConfig{e.membersBucket(), e.dealsBucket()} {
+		if _, err := e.js.KeyValue(ctx, cfg.Bucket); errors.Is(err, natsjs.ErrBucketNotFound) {
+			if _, err := e.createBucket(ctx, cfg); err == nil {
+				made = true
+			}
+		}
+	}
+	return made
+}
+
 // eng is one broker's engine: its topics and groups, on one connection.
 type eng struct {
 	cfg      config
@@ -112,10 +154,9 @@ type eng struct {
 	stuck    *kit.Watchdog[stuckKey] // nil unless Config.StuckAfter is set (stuck.go)
 	instance string                  // this engine's random ID, the value of its membership keys
 	msgs     atomic.Uint64           // publishes made, for their message IDs (nextMsgID)
-	nc       *nats.Conn              // owned; nil when the connection is the caller's
-	js       natsjs.JetStream
-	kv       natsjs.KeyValue // membership: a key per member, with TTL
-	deals    natsjs.KeyValue // assignments: a key per group
+	conn                             // the connection (conn.go)
+	kv       natsjs.KeyValue         // membership: a key per member, with TTL
+	deals    natsjs.KeyValue         // assignments: a key per group
 
 	bucketsMu      sync.Mutex // serialises ensureBuckets, guards bucketsChecked
 	bucketsChecked time.Time  // when ensureBuckets last asked the server
@@ -134,12 +175,6 @@ type eng struct {
 	commits chan struct{}   // closed and replaced on every local commit, for Drain
 
 	closer kit.Closer // runs Close once
-	// The connection's status, followed by watchConnection: epoch ends
-	// when the connection is lost.
-	epoch      atomic.Pointer[connEpoch]
-	status     chan nats.Status
-	statusDone chan struct{}
-
 	// Asynchronous publishing (async.go): every topic's pipes, by number;
 	// the subscription that reads their answers, made on first use; the
 	// context of their recoveries, which Close cancels, and the
@@ -152,12 +187,6 @@ type eng struct {
 	stopCtx     context.Context
 	stopCancel  context.CancelFunc
 	recoveries  sync.WaitGroup
-
-	// tail bounds, in Unix nanoseconds, the requests Close makes after
-	// its workers stopped (what was left, the snapshots), so that Close
-	// returns by the time its ctx ends; once it passed, the reads ask the
-	// server nothing (mayAsk).
-	tail atomic.Int64
 }
 
 type groupKey struct{ topic, group string }
@@ -171,7 +200,7 @@ var _ engine.Engine = (*eng)(nil)
 // Redrive, Delete and DiscardDeadLetters. A delivery given back before
 // the consumer received it (ErrNotDelivered) is kept by the partition's
 // worker and delivered next with the same Attempt, also to the next local
-// owner; it goes back to the server, still without counting (worker.go's
+// owner; it goes back to the server, still without counting (group.go's
 // giveBack), when the broker closes or the partition leaves it.
 // Retention is the server's: DropsOldest (discard-old), MaxAge (by the
 // server's clock) and MaxBytes (the server counts a record's subject and
@@ -194,16 +223,6 @@ func (e *eng) State() engine.State {
 	return e.state
 }
 
-// ctx returns a context bounded by the request timeout, for calls that
-// take none, and by Close's tail once Close has stopped the workers.
-func (e *eng) ctx() (context.Context, context.CancelFunc) {
-	d := time.Now().Add(e.cfg.requestTimeout)
-	if tail := e.tail.Load(); tail != 0 && tail < d.UnixNano() {
-		d = time.Unix(0, tail)
-	}
-	return context.WithDeadline(context.Background(), d)
-}
-
 // nextMsgID returns the message ID of a new publish: unique to this
 // broker (its random instance) and to the publish.
 func (e *eng) nextMsgID() string {
@@ -224,6 +243,66 @@ func (e *eng) commitSignal() <-chan struct{} {
 	return e.commits
 }
 
+func (e *eng) Subscribe(ctx context.Context, topic, group, consumer string, h engine.Handler, onLeave func(), spec engine.GroupSpec) (engine.Group, error) {
+	if h == nil {
+		return nil, fmt.Errorf("nil handler: %w", engine.ErrSubscription)
+	}
+	return e.subscribe(ctx, topic, group, &member{name: consumer, h: h, onLeave: onLeave}, spec)
+}
+
+// SubscribeBatch is Subscribe for a consumer whose handler takes batches
+// (engine.BatchSubscriber): see batch.go.
+func (e *eng) SubscribeBatch(ctx context.Context, topic, group, consumer string, h engine.BatchHandler, onLeave func(), spec engine.GroupSpec, batch engine.BatchSpec) (engine.Group, error) {
+	if h == nil {
+		return nil, fmt.Errorf("nil handler: %w", engine.ErrSubscription)
+	}
+	batch, err := batch.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	return e.subscribe(ctx, topic, group, &member{name: consumer, bh: h, batch: batch, onLeave: onLeave}, spec)
+}
+
+// subscribe joins m, a member not yet in any group, to the group.
+func (e *eng) subscribe(ctx context.Context, topic, group string, m *member, spec engine.GroupSpec) (engine.Group, error) {
+	consumer := m.name
+	what := fmt.Sprintf("subscribe %q to group %q", consumer, group)
+	if err := e.refuse(what); err != nil {
+		return nil, err
+	}
+	switch {
+	case group == "":
+		return nil, fmt.Errorf("empty group name: %w", engine.ErrSubscription)
+	case consumer == "":
+		return nil, fmt.Errorf("empty consumer name: %w", engine.ErrSubscription)
+	}
+	e.mu.Lock()
+	t := e.topics[topic]
+	g := e.groups[groupKey{topic, group}]
+	e.mu.Unlock()
+	if t == nil {
+		return nil, fmt.Errorf("topic %q: %w", topic, engine.ErrTopicNotFound)
+	}
+	if err := e.names.checkGroup(topic, group, consumer, t.parts); err != nil {
+		return nil, err
+	}
+	spec, err := spec.Resolve(e.retry)
+	if err != nil {
+		return nil, fmt.Errorf("group %q: %w", group, err)
+	}
+	if g == nil {
+		if g, err = openGroup(ctx, e, t, group, &spec); err != nil {
+			return nil, err
+		}
+	} else if !g.spec.Equal(spec) {
+		return nil, fmt.Errorf("group %q exists with other options: %w", group, engine.ErrSubscription)
+	}
+	if err := g.members.join(ctx, m); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
 func (e *eng) Group(ctx context.Context, topic, group string) (engine.Group, error) {
 	e.mu.Lock()
 	t := e.topics[topic]
@@ -236,37 +315,21 @@ func (e *eng) Group(ctx context.Context, topic, group string) (engine.Group, err
 		return g, nil
 	}
 	// A group another broker created: known when its consumers exist.
-	g, err := e.openGroup(ctx, t, group, nil)
+	g, err := openGroup(ctx, e, t, group, nil)
 	if err != nil {
 		return nil, err
 	}
 	return g, nil
 }
 
+// localGroups returns the groups this broker created, joined or named,
+// sorted by topic, then name.
 func (e *eng) localGroups() []*group {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]*group, 0, len(e.groups))
-	for _, g := range e.groups {
-		out = append(out, g)
-	}
-	slices.SortFunc(out, func(a, b *group) int {
-		if c := cmpStr(a.t.name, b.t.name); c != 0 {
-			return c
-		}
-		return cmpStr(a.name, b.name)
-	})
+	out := slices.Collect(maps.Values(e.groups))
+	e.mu.Unlock()
+	slices.SortFunc(out, func(a, b *group) int { return cmp.Or(cmp.Compare(a.t.name, b.t.name), cmp.Compare(a.name, b.name)) })
 	return out
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Drain waits until every group this broker created or joined has
@@ -313,13 +376,13 @@ func (e *eng) drain(ctx context.Context, closing bool) error {
 		return fmt.Errorf("drain left %s: %w", strings.Join(slices.Compact(names), ", "), ctx.Err())
 	}
 	for _, g := range groups {
-		mine := g.drainedByClose()
+		mine := g.members.drainedByClose()
 		for p := range g.t.parts {
 			if closing && mine != nil && !mine[p] {
 				continue
 			}
 			info, err := g.t.streamInfo(ctx, p)
-			if errors.Is(err, natsjs.ErrStreamNotFound) && g.serverErr(ctx, err) != nil {
+			if errors.Is(err, natsjs.ErrStreamNotFound) && g.fate.serverErr(ctx, err) != nil {
 				break // deleted, by another broker: nothing to wait for
 			}
 			if err != nil && ctx.Err() != nil && !e.unavailable(ctx, err) {
@@ -339,11 +402,11 @@ func (e *eng) drain(ctx context.Context, closing bool) error {
 		wake := e.commitSignal()
 		var rest []target
 		for i, tg := range targets {
-			if stalled[tg.g] || tg.g.gone.Load() != nil { // a deleted group has nothing to wait for
+			if stalled[tg.g] || tg.g.fate.gone() { // a deleted group has nothing to wait for
 				continue
 			}
 			if tg.p < 0 {
-				rinfo, err := tg.g.rdq.Info(ctx)
+				rinfo, err := tg.g.redrive.rdq.Info(ctx)
 				if err != nil && ctx.Err() != nil && !e.unavailable(ctx, err) {
 					return left(append(rest, targets[i:]...))
 				}
@@ -354,8 +417,8 @@ func (e *eng) drain(ctx context.Context, closing bool) error {
 					continue
 				}
 			}
-			info, err := tg.g.consumerInfo(ctx, max(tg.p, 0))
-			if err != nil && tg.g.gone.Load() != nil {
+			info, err := tg.g.seen.consumerInfo(ctx, max(tg.p, 0))
+			if err != nil && tg.g.fate.gone() {
 				continue // deleted meanwhile, by another broker
 			}
 			if err != nil && ctx.Err() != nil && !e.unavailable(ctx, err) {
@@ -367,7 +430,7 @@ func (e *eng) drain(ctx context.Context, closing bool) error {
 			if tg.p >= 0 && settledTo(info, tg.end) {
 				continue
 			}
-			if why := tg.g.stalled(ctx, info); why != "" {
+			if why := tg.g.seen.stalled(ctx, info); why != "" {
 				if !closing {
 					return fmt.Errorf("group %q on topic %q is %s with lag: %w", tg.g.name, tg.g.t.name, why, engine.ErrStalled)
 				}
@@ -440,11 +503,11 @@ func (e *eng) close(ctx context.Context) error {
 	groups := e.localGroups()
 	var stopped []<-chan struct{}
 	for _, g := range groups {
-		stopped = append(stopped, g.shutdown())
+		stopped = append(stopped, g.members.shutdown())
 	}
 	e.mu.Lock()
 	for g := range e.retired { // deleted groups whose deliveries still run: Close waits for them too
-		stopped = append(stopped, g.shutdown())
+		stopped = append(stopped, g.members.shutdown())
 	}
 	e.mu.Unlock()
 	ctxErr := kit.AwaitWorkers(ctx, func(ctx context.Context) error {
@@ -490,17 +553,14 @@ func (e *eng) close(ctx context.Context) error {
 	var unfinished []engine.Unfinished
 	r, cancel := e.read()
 	for _, g := range groups {
-		unfinished = append(unfinished, g.unfinished(r)...)
-		g.leaveAll(r)
+		unfinished = append(unfinished, g.seen.unfinished(r)...)
+		g.members.leaveAll(r)
 	}
 	for _, g := range groups {
-		g.takeSnap(r)
+		g.seen.takeSnap(r)
 	}
 	e.mu.Lock()
-	topics := make([]*topic, 0, len(e.topics))
-	for _, t := range e.topics {
-		topics = append(topics, t)
-	}
+	topics := slices.Collect(maps.Values(e.topics))
 	e.mu.Unlock()
 	for _, t := range topics {
 		t.stats(r)

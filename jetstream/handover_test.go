@@ -195,7 +195,7 @@ func TestGiveBackLeavesTheAttemptAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := e.openGroup(ctx, tp, "g", &spec)
+	g, err := openGroup(ctx, e, tp, "g", &spec)
 	if err != nil {
 		t.Fatal(err)
 	}

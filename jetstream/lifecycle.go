@@ -14,7 +14,7 @@ package jetstream
 // the group again: a group's loop watches its deal key, and a delete of
 // it, or a pull that finds the consumer gone, makes it ask whether the
 // group's consumer still exists; when it does not, the group is gone in
-// that broker too (gone), as it is in the one that deleted it. A publish
+// that broker too (its fate), as it is in the one that deleted it. A publish
 // that finds nobody to answer asks whether the partition's stream exists;
 // when it does not, the topic is gone.
 
@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/logbus/logbus/engine"
 	"github.com/nats-io/nats.go"
@@ -99,7 +100,7 @@ func (e *eng) DeleteGroup(ctx context.Context, topic, group string) error {
 	if g != nil {
 		// Stop here first: this broker's loop must not heartbeat or deal
 		// the group again while the server forgets it.
-		stopped = g.vanish(errGroupDeleted)
+		stopped = g.fate.vanish(errGroupDeleted)
 	}
 	found, err := e.deleteGroup(sctx, topic, t.parts, group)
 	if err != nil {
@@ -207,7 +208,7 @@ func (e *eng) DeleteTopic(ctx context.Context, topic string) error {
 	defer cancel()
 	var stopped []<-chan struct{}
 	for _, g := range groups {
-		stopped = append(stopped, g.vanish(errTopicDeleted))
+		stopped = append(stopped, g.fate.vanish(errTopicDeleted))
 	}
 	parts := 0
 	if t != nil {
@@ -292,23 +293,6 @@ func notDeleted(err error) error {
 	return fmt.Errorf("%w (%w; not deleted, or in part: call it again)", err, engine.ErrUnavailable)
 }
 
-// deleting returns the context of a deletion's requests to the server:
-// ctx's values without its end, bounded by the request timeout. A
-// deletion takes effect whatever ctx does (engine.Deleter): ctx bounds
-// only the wait for deliveries in flight.
-func (e *eng) deleting(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.requestTimeout)
-}
-
-// bounded returns ctx, or ctx bounded by the request timeout when it has
-// no deadline.
-func (e *eng) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, e.cfg.requestTimeout)
-}
-
 // atoiOr parses a decimal count, or returns def.
 func atoiOr(s string, def int) int {
 	n := 0
@@ -324,76 +308,33 @@ func atoiOr(s string, def int) int {
 	return n
 }
 
-// isDeleted reports whether the topic was deleted.
-func (t *topic) isDeleted() bool { return t.deleted.Load() }
-
-// refuseDeleted is ErrTopicNotFound once the topic was deleted.
-func (t *topic) refuseDeleted() error {
-	if t.isDeleted() {
-		return errTopicDeleted
-	}
-	return nil
+// fate is whether a group was deleted (on the server, by this broker or
+// another), and why its calls fail from then on. Atomics: no lock.
+type fate struct {
+	g *group
+	// why is set once the group was deleted: why its calls fail.
+	why atomic.Pointer[error]
+	// suspect is set by a worker whose pull found no consumer: the loop
+	// then asks whether the group is gone (onServer).
+	suspect atomic.Bool
 }
 
-// checkDeleted asks whether partition p's stream still exists, after a
-// publish found nobody to answer: when it does not, the topic was deleted
-// (by another broker), and it returns why calls fail from now on. nil when
-// it exists or the server cannot tell.
-func (t *topic) checkDeleted(ctx context.Context, p int) error {
-	ctx, cancel := t.e.bounded(ctx)
-	defer cancel()
-	if _, err := t.streams[p].Info(ctx); errors.Is(err, natsjs.ErrStreamNotFound) {
-		t.markDeleted()
-		return t.refuseDeleted()
-	}
-	return nil
-}
+// gone reports whether the group was deleted.
+func (f *fate) gone() bool { return f.why.Load() != nil }
 
-// markDeleted makes every call on the topic fail with ErrTopicNotFound,
-// and takes it out of the broker's registry, so that its name makes a new
-// topic.
-func (t *topic) markDeleted() {
-	t.deleted.Store(true)
-	t.e.mu.Lock()
-	if t.e.topics[t.name] == t {
-		delete(t.e.topics, t.name)
-	}
-	t.e.mu.Unlock()
-}
-
-// refuseWork is the error of a call, what, that gives the group work to
-// do: ErrClosed once Close began (the broker's or the group's), the
-// deletion's error once it was deleted, else nil.
-func (g *group) refuseWork(what string) error {
-	if err := g.e.refuse(what); err != nil {
-		return err
-	}
-	if err := g.refuseGone(); err != nil {
-		return err
-	}
-	g.mu.Lock()
-	closed := g.closed
-	g.mu.Unlock()
-	if closed {
-		return fmt.Errorf("%s: %w", what, engine.ErrClosed)
-	}
-	return nil
-}
-
-// refuseGone is why the group's calls fail once it was deleted; nil
-// before.
-func (g *group) refuseGone() error {
-	if why := g.gone.Load(); why != nil {
+// err is why the group's calls fail once it was deleted; nil before.
+func (f *fate) err() error {
+	if why := f.why.Load(); why != nil {
 		return *why
 	}
-	if g.t.isDeleted() {
-		return g.t.refuseDeleted()
+	if f.g.t.isDeleted() {
+		return f.g.t.refuseDeleted()
 	}
 	return nil
 }
 
 // vanish stops the group in this broker, once it was deleted on the server
-// (by this broker, or found deleted: goneOnServer): every later call fails
+// (by this broker, or found deleted: onServer): every later call fails
 // with why; the loop and the workers stop, each after its delivery in
 // flight, which commits nothing; the members' keys go (if they still are
 // theirs) and their onLeave runs once their workers exited; the group
@@ -401,20 +342,20 @@ func (g *group) refuseGone() error {
 // still waits for its workers). The channel closes once the workers and
 // the loop exited (unless vanish is called from the loop, which exits when
 // it returns). Idempotent.
-func (g *group) vanish(why error) <-chan struct{} {
-	if !g.gone.CompareAndSwap(nil, &why) {
+func (f *fate) vanish(why error) <-chan struct{} {
+	if !f.why.CompareAndSwap(nil, &why) {
 		return closedChan
 	}
-	e := g.e
+	g, e := f.g, f.g.e
 	e.mu.Lock()
 	if e.groups[groupKey{g.t.name, g.name}] == g {
 		delete(e.groups, groupKey{g.t.name, g.name})
 	}
 	e.retired[g] = true
 	e.mu.Unlock()
-	stopped := g.shutdown()
+	stopped := g.members.shutdown()
 	r, cancel := e.read()
-	g.leaveAll(r)
+	g.members.leaveAll(r)
 	cancel()
 	go func() { // exits once the workers and the loop have exited
 		<-stopped
@@ -432,21 +373,16 @@ var closedChan = func() chan struct{} {
 	return c
 }()
 
-// goneOnServer asks whether the group's consumer still exists, when its
-// loop saw its deal deleted or a worker's pull found no consumer: when it
-// does not, the group (or its topic) was deleted, by another broker, and
-// the group vanishes here too. It reports whether it did.
-func (g *group) goneOnServer() bool {
+// onServer asks whether the group's consumer still exists, when its loop
+// saw its deal deleted or a worker's pull found no consumer: when it does
+// not, the group (or its topic) was deleted, by another broker, and the
+// group vanishes here too. It reports whether it did.
+func (f *fate) onServer() bool {
+	g := f.g
 	ctx, cancel := g.e.ctx()
 	_, err := g.consumers[0].Info(ctx)
 	cancel()
-	switch {
-	case errors.Is(err, natsjs.ErrStreamNotFound):
-		g.t.markDeleted()
-		g.vanish(g.t.refuseDeleted())
-	case errors.Is(err, natsjs.ErrConsumerNotFound):
-		g.vanish(errGroupDeleted)
-	default:
+	if !f.vanishIfMissing(err) {
 		return false
 	}
 	// The deal this broker may have stored again meanwhile goes too.
@@ -456,36 +392,34 @@ func (g *group) goneOnServer() bool {
 	return true
 }
 
+// vanishIfMissing makes the group vanish when err, from a request on its
+// consumers or its topic's streams, says they do not exist: the group (or
+// the topic) was deleted, by another broker. It reports whether it did.
+func (f *fate) vanishIfMissing(err error) bool {
+	switch {
+	case errors.Is(err, natsjs.ErrStreamNotFound):
+		f.g.t.markDeleted()
+		f.vanish(f.g.t.refuseDeleted())
+	case errors.Is(err, natsjs.ErrConsumerNotFound):
+		f.vanish(errGroupDeleted)
+	default:
+		return false
+	}
+	return true
+}
+
 // serverErr is ctxErr for an error of a request on the group's consumers
 // or its topic's streams: one saying they do not exist means the group (or
 // the topic) was deleted, by another broker, and the group vanishes here
 // too: the error is then the deletion's. No lock may be held: vanish runs
 // the members' onLeave.
-func (g *group) serverErr(ctx context.Context, err error) error {
-	switch {
-	case errors.Is(err, natsjs.ErrStreamNotFound):
-		g.t.markDeleted()
-		g.vanish(g.t.refuseDeleted())
-	case errors.Is(err, natsjs.ErrConsumerNotFound):
-		g.vanish(errGroupDeleted)
-	default:
-		return g.e.ctxErr(ctx, err)
+func (f *fate) serverErr(ctx context.Context, err error) error {
+	if !f.vanishIfMissing(err) {
+		return f.g.e.ctxErr(ctx, err)
 	}
-	return g.refuseGone()
+	return f.err()
 }
 
 // errNoConsumer is a pull answered by the server saying the consumer is
 // gone (deleted), or not answered by anyone (no responders).
 var errNoConsumer = errors.New("pull: no such consumer")
-
-// pullFailed takes a worker's failed pull: one that found no consumer
-// makes the loop ask whether the group still exists.
-func (g *group) pullFailed(err error) {
-	if errors.Is(err, errNoConsumer) {
-		g.suspectGone.Store(true)
-		select {
-		case g.wake <- struct{}{}:
-		default:
-		}
-	}
-}

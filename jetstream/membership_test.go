@@ -150,9 +150,9 @@ func TestHeartbeatsDoNotWaitForTheLoop(t *testing.T) {
 
 	g := ca.got.groups[groupKey{"orders", "billing"}]
 	before := rb.n.Load()
-	g.recMu.Lock()
+	g.members.recMu.Lock()
 	time.Sleep(3 * time.Second) // the scenario: three member TTLs pass while a's loop is stuck
-	g.recMu.Unlock()
+	g.members.recMu.Unlock()
 	if n := rb.n.Load() - before; n != 0 {
 		t.Errorf("b saw %d rebalances while a's loop was stuck, want none: a's heartbeats stopped with its loop", n)
 	}

@@ -192,6 +192,18 @@ func decodeRecord(h nats.Header, data []byte, seq uint64, created time.Time) (*e
 	return rec, nil
 }
 
+// decodeOrRaw is decodeRecord, but when the record cannot be decoded it
+// returns, with the error, the record as it was stored: its value as it
+// is, without key and headers, for a handler that cannot decode it (a
+// dead letter at once) or a dead letter read back.
+func decodeOrRaw(h nats.Header, data []byte, seq uint64, created time.Time) (*engine.Record, error) {
+	rec, err := decodeRecord(h, data, seq, created)
+	if err != nil {
+		return &engine.Record{Offset: int64(seq) - 1, Value: data, Created: created}, err
+	}
+	return rec, nil
+}
+
 // headerLen is the size of h on the wire, as nats.go writes it and the
 // server counts it against its limits (64 KiB of headers, max_payload
 // with the data).

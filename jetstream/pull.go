@@ -64,22 +64,6 @@ type puller struct {
 	reqPin  string
 }
 
-// apiPrefix is the subject prefix of js's API requests.
-func apiPrefix(js natsjs.JetStream) string {
-	o := js.Options()
-	if o.Domain != "" {
-		return "$JS." + o.Domain + ".API."
-	}
-	if o.APIPrefix != "" {
-		p := o.APIPrefix
-		if p[len(p)-1] != '.' {
-			p += "."
-		}
-		return p
-	}
-	return natsjs.DefaultAPIPrefix
-}
-
 func newPuller(js natsjs.JetStream, stream, consumer string) (*puller, error) {
 	nc := js.Conn()
 	in := make(chan *nats.Msg, 64)

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -129,7 +128,7 @@ func (e *eng) spreadLeaders(ctx context.Context, assets []leaderOf) {
 		return
 	}
 	share := (len(movable) + len(counts) - 1) / len(counts)
-	prefix := e.apiPrefix()
+	prefix := apiPrefix(e.js)
 	wctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	for _, i := range movable {
@@ -208,17 +207,4 @@ func pause(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-}
-
-// apiPrefix is the subject prefix of the JetStream API requests e.js
-// makes, for the requests the client has no method for.
-func (e *eng) apiPrefix() string {
-	o := e.js.Options()
-	switch {
-	case o.Domain != "":
-		return "$JS." + o.Domain + ".API."
-	case o.APIPrefix != "":
-		return strings.TrimSuffix(o.APIPrefix, ".") + "."
-	}
-	return natsjs.DefaultAPIPrefix
 }

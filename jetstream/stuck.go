@@ -41,12 +41,6 @@ func (p stuckProbe) Progress() iter.Seq2[stuckKey, kit.Progress] {
 	}
 }
 
-// progressLocked is the slot's delivery as the watchdog samples it. s.mu
-// is held.
-func (s *slot) progressLocked() kit.Progress {
-	return kit.Progress{Word: s.starts, InFlight: s.inFlight, Attempt: s.attempt}
-}
-
 // Describe names the delivery in flight on k: its record and consumer, as
 // the worker recorded them when it began.
 func (p stuckProbe) Describe(k stuckKey, e *engine.Event) {

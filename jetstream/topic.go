@@ -638,3 +638,80 @@ func (t *topic) stats(r *reading) ([]engine.PartitionStats, time.Time) {
 	}
 	return out, observed
 }
+
+// streamSeen is what the engine last read of a partition's stream.
+type streamSeen struct {
+	first, last, msgs, bytes uint64
+	at                       time.Time
+}
+
+// observeStream records info as partition p's last observed state.
+func (t *topic) observeStream(p int, info *natsjs.StreamInfo) {
+	if info == nil {
+		return
+	}
+	st := info.State
+	t.seen[p].Store(&streamSeen{first: st.FirstSeq, last: st.LastSeq, msgs: st.Msgs, bytes: st.Bytes, at: time.Now()})
+}
+
+// streamInfo reads partition p's stream from the server, and records it.
+func (t *topic) streamInfo(ctx context.Context, p int) (*natsjs.StreamInfo, error) {
+	info, err := t.streams[p].Info(ctx)
+	if err == nil {
+		t.observeStream(p, info)
+	}
+	return info, err
+}
+
+// stream returns partition p's stream as last observed (CreateTopic
+// observed it first), its end raised to the last record this broker
+// stored since.
+func (t *topic) stream(p int) *streamSeen {
+	s := t.seen[p].Load()
+	if s == nil {
+		s = &streamSeen{}
+	}
+	if last := t.counts[p].stored.Load(); last > s.last {
+		c := *s
+		c.last = last
+		s = &c
+	}
+	return s
+}
+
+// isDeleted reports whether the topic was deleted.
+func (t *topic) isDeleted() bool { return t.deleted.Load() }
+
+// refuseDeleted is ErrTopicNotFound once the topic was deleted.
+func (t *topic) refuseDeleted() error {
+	if t.isDeleted() {
+		return errTopicDeleted
+	}
+	return nil
+}
+
+// checkDeleted asks whether partition p's stream still exists, after a
+// publish found nobody to answer: when it does not, the topic was deleted
+// (by another broker), and it returns why calls fail from now on. nil when
+// it exists or the server cannot tell.
+func (t *topic) checkDeleted(ctx context.Context, p int) error {
+	ctx, cancel := t.e.bounded(ctx)
+	defer cancel()
+	if _, err := t.streams[p].Info(ctx); errors.Is(err, natsjs.ErrStreamNotFound) {
+		t.markDeleted()
+		return t.refuseDeleted()
+	}
+	return nil
+}
+
+// markDeleted makes every call on the topic fail with ErrTopicNotFound,
+// and takes it out of the broker's registry, so that its name makes a new
+// topic.
+func (t *topic) markDeleted() {
+	t.deleted.Store(true)
+	t.e.mu.Lock()
+	if t.e.topics[t.name] == t {
+		delete(t.e.topics, t.name)
+	}
+	t.e.mu.Unlock()
+}

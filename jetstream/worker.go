@@ -1,160 +1,24 @@
 package jetstream
 
+// The worker loop: one partition of a group, delivered to one local
+// member, one record at a time, until the membership tells the worker to
+// stop (a batch consumer's loop is batch.go's). It moves the partition's
+// slot (slot.go) through its phases, and settles each outcome on the
+// server: an ack, a retry, a dead letter (dlq.go stores it). Redriven dead
+// letters (redrive.go) go through the same paths, before the partition's
+// records.
+
 import (
-	"context"
+	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/logbus/logbus/engine"
 	"github.com/logbus/logbus/internal/kit"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
-
-// phase is what a partition's worker is doing.
-type phase int8
-
-const (
-	parked   phase = iota // waiting at the gate, or between pulls
-	fetching              // a pull is open on the server
-	holding               // it holds a fetched record it may not deliver yet
-	busy                  // a handler runs
-)
-
-// slot is one partition of a group in this broker. It outlives workers:
-// a pause or a reposition holds the slot whichever member's worker runs
-// it.
-type slot struct {
-	p int
-
-	mu      sync.Mutex
-	holds   int           // Pause and repositions under way: no delivery may start
-	epoch   uint64        // bumped by every reset of the consumer: a record fetched before is dropped
-	phase   phase         // of the current worker
-	revoked chan struct{} // closed when a hold begins or the worker must stop; the Delivery's Revoked
-	changed chan struct{} // closed and replaced on every change of the above
-
-	// pending is a record a stopping worker fetched but did not deliver,
-	// handed to the partition's next local worker (no redelivery), with
-	// the epoch it was fetched in.
-	// next is the stream sequence the partition should deliver next, 0
-	// until it has delivered one: a record past it means retention took
-	// the ones between before the group read them (counted as Skipped).
-	next uint64
-
-	pending      record
-	pendingEpoch uint64
-
-	// What the snapshot tells of the partition's delivery: a handler runs
-	// (inFlight), or the last attempt failed and the server will deliver
-	// the record again after its backoff (retrying); attempt is that
-	// delivery's. Local: a delivery in another broker is not seen.
-	inFlight, retrying bool
-	attempt            int
-
-	// Redrive (redrive.go): redriveGen counts the reasons to look at the
-	// partition's redrive consumer (a Redrive, a wake-up, a new worker);
-	// redriveSeen is the count when a worker last found it empty.
-	redriveGen, redriveSeen uint64
-
-	// For stuck detection (stuck.go): starts counts the deliveries begun,
-	// and offset and consumer say whose record the one in flight is.
-	starts   uint64
-	offset   int64
-	consumer string
-
-	worker *worker // guarded by the group's mu
-
-	// puller is the partition's pull subscription, made by its first
-	// worker (guarded by mu) and used by one worker at a time; closed by
-	// Close.
-	puller *puller
-	// rpuller is the same for the partition's redrive consumer.
-	rpuller *puller
-}
-
-func newSlot(p int) *slot {
-	return &slot{p: p, revoked: make(chan struct{}), changed: make(chan struct{})}
-}
-
-// signal wakes whoever waits on the slot. s.mu must be held.
-func (s *slot) signal() {
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
-// revoke closes the current Revoked channel once. s.mu must be held.
-func (s *slot) revoke() {
-	select {
-	case <-s.revoked:
-	default:
-		close(s.revoked)
-	}
-}
-
-func (s *slot) hold() {
-	s.mu.Lock()
-	s.holds++
-	s.revoke()
-	s.signal()
-	s.mu.Unlock()
-}
-
-func (s *slot) unhold() {
-	s.mu.Lock()
-	s.holds--
-	s.signal()
-	s.mu.Unlock()
-}
-
-func (s *slot) bumpEpoch(seq uint64) {
-	s.mu.Lock()
-	s.epoch++
-	s.next = seq
-	s.signal()
-	s.mu.Unlock()
-}
-
-// settled moves next past d's record.
-func (s *slot) settled(d *engine.Delivery) {
-	s.mu.Lock()
-	if seq := uint64(d.Record.Offset) + 1; s.next == seq {
-		s.next = seq + 1
-	}
-	s.mu.Unlock()
-}
-
-func (s *slot) setPhase(ph phase) {
-	s.mu.Lock()
-	s.phase = ph
-	s.signal()
-	s.mu.Unlock()
-}
-
-func (s *slot) busyNow() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.phase == busy
-}
-
-// waitIdle waits until no handler runs on the slot and, with
-// notFetching, no pull is open either, or until ctx ends.
-func (s *slot) waitIdle(ctx context.Context, notFetching bool) error {
-	s.mu.Lock()
-	for s.phase == busy || notFetching && s.phase == fetching {
-		ch := s.changed
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		s.mu.Lock()
-	}
-	s.mu.Unlock()
-	return nil
-}
 
 // worker delivers one partition of a group to one local member, one
 // record at a time, until it is told to stop.
@@ -170,16 +34,7 @@ type worker struct {
 }
 
 func newWorker(g *group, s *slot, m *member) *worker {
-	s.mu.Lock()
-	s.redriveGen++    // a new worker looks for redriven letters first: a previous owner may have left some
-	if s.holds == 0 { // a fresh Revoked for the new owner
-		select {
-		case <-s.revoked:
-			s.revoked = make(chan struct{})
-		default:
-		}
-	}
-	s.mu.Unlock()
+	s.claim()
 	return &worker{g: g, s: s, m: m, stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -187,10 +42,7 @@ func newWorker(g *group, s *slot, m *member) *worker {
 func (w *worker) signalStop() {
 	w.once.Do(func() {
 		close(w.stop)
-		w.s.mu.Lock()
-		w.s.revoke()
-		w.s.signal()
-		w.s.mu.Unlock()
+		w.s.stopWorker()
 	})
 }
 
@@ -206,22 +58,25 @@ func (w *worker) stopping() bool {
 // crashed reports a worker whose connection is gone: it cannot unpin.
 func (w *worker) crashed() bool { return w.g.e.nc != nil && w.g.e.nc.IsClosed() }
 
+// pause waits d, or less when stopped; false when stopped.
+func (w *worker) pause(d time.Duration) bool { return kit.Wait(d, w.stop, nil) }
+
 // run is the worker's goroutine: gate, pull one record, hold it while the
 // slot is held, deliver it, settle it; again until stopped.
 func (w *worker) run() {
 	defer func() {
 		w.s.setPhase(parked)
-		w.g.exited(w) // before done: whoever waits for the worker waits for its hand-over too
+		w.g.members.exited(w) // before done: whoever waits for the worker waits for its hand-over too
 		close(w.done)
 	}()
 	if w.m.bh != nil {
-		w.runBatches()
+		newBatchRun(w).run()
 		return
 	}
 	s := w.s
 	// One record in flight: a batch consumer that served the partition
 	// before may have raised MaxAckPending (batch.go).
-	_ = w.g.setMaxAckPending(s.p, 1)
+	_ = w.g.pause.setMaxAckPending(s.p, 1)
 	for {
 		var msg record
 		var err error
@@ -237,25 +92,12 @@ func (w *worker) run() {
 			if msg, epoch := s.pending, s.pendingEpoch; msg != nil && !w.stopping() {
 				s.pending = nil
 				s.mu.Unlock()
-				if revoked, ok := w.await(msg, epoch); ok {
-					if w.deliver(msg, revoked) {
-						w.keepGivenBack(msg, epoch)
-						continue
-					}
-					w.afterDelivery()
-				}
+				w.take(msg, epoch)
 				continue
 			}
 			for s.holds > 0 && !w.stopping() && s.pending == nil {
-				s.phase = parked
-				s.signal()
-				ch := s.changed
-				s.mu.Unlock()
-				select {
-				case <-ch:
-				case <-w.stop:
-				}
-				s.mu.Lock()
+				s.setPhaseLocked(parked)
+				s.waitLocked(w.stop, nil)
 			}
 			if w.stopping() {
 				s.mu.Unlock()
@@ -270,8 +112,7 @@ func (w *worker) run() {
 				w.redriveStep()
 				continue
 			}
-			s.phase = fetching
-			s.signal()
+			s.setPhaseLocked(fetching)
 			epoch = s.epoch
 			s.mu.Unlock()
 			msg, err = w.open().collect()
@@ -284,16 +125,28 @@ func (w *worker) run() {
 			}
 			continue
 		}
-		revoked, ok := w.await(msg, epoch)
-		if !ok {
-			continue
-		}
-		if w.deliver(msg, revoked) {
-			w.keepGivenBack(msg, epoch)
-			continue
-		}
-		w.afterDelivery()
+		w.take(msg, epoch)
 	}
+}
+
+// take delivers msg, fetched in epoch, once the slot lets it (await), and
+// keeps it for the next delivery when the consumer gave it back.
+func (w *worker) take(msg record, epoch uint64) {
+	revoked, ok := w.await(msg, epoch)
+	if !ok {
+		return
+	}
+	if w.deliver(msg, revoked) {
+		w.keepGivenBack(msg, epoch)
+		return
+	}
+	// The phase a delivery leaves the worker in: fetching when its ack
+	// opened the next pull.
+	if w.pre != nil {
+		w.s.setPhase(fetching)
+		return
+	}
+	w.s.setPhase(parked)
 }
 
 // keepGivenBack keeps a delivery the consumer gave back before receiving
@@ -305,29 +158,13 @@ func (w *worker) run() {
 // poll wait, before it tries again.
 func (w *worker) keepGivenBack(msg record, epoch uint64) {
 	s := w.s
-	s.mu.Lock()
-	s.pending, s.pendingEpoch = msg, epoch
-	s.phase = parked
-	s.signal()
-	ch := s.changed
-	s.mu.Unlock()
 	t := time.NewTimer(w.g.e.cfg.pollWait)
 	defer t.Stop()
-	select {
-	case <-ch:
-	case <-w.stop:
-	case <-t.C:
-	}
-}
-
-// afterDelivery sets the phase a delivery leaves the worker in: fetching
-// when its ack opened the next pull.
-func (w *worker) afterDelivery() {
-	if w.pre != nil {
-		w.s.setPhase(fetching)
-		return
-	}
-	w.s.setPhase(parked)
+	s.mu.Lock()
+	s.pending, s.pendingEpoch = msg, epoch
+	s.setPhaseLocked(parked)
+	s.waitLocked(w.stop, t.C)
+	s.mu.Unlock()
 }
 
 // pull is one open pull for the partition's next record.
@@ -359,6 +196,21 @@ func (p *pull) collect() (record, error) {
 		return nil, p.err
 	}
 	return p.p.next(p.abort, p.wait+time.Second)
+}
+
+// puller returns the partition's puller, making it on first use.
+func (w *worker) puller() (*puller, error) {
+	return w.s.pullerFor(false, func() (*puller, error) {
+		return newPuller(w.g.e.js, w.g.e.names.stream(w.g.t.name, w.s.p), w.g.e.names.consumer(w.g.name, w.s.p))
+	})
+}
+
+// redrivePuller returns the partition's redrive puller, making it on first
+// use.
+func (w *worker) redrivePuller() (*puller, error) {
+	return w.s.pullerFor(true, func() (*puller, error) {
+		return newPuller(w.g.e.js, w.g.e.names.redriveStream(w.g.t.name, w.g.name), w.g.e.names.redriveConsumer(w.s.p))
+	})
 }
 
 // ackNext acks msg and opens the pull for the next record in the same
@@ -400,114 +252,141 @@ func (w *worker) ackNext(msg record, more bool) {
 	cancel()
 }
 
-// pause waits d, or less when stopped; false when stopped.
-func (w *worker) pause(d time.Duration) bool { return kit.Wait(d, w.stop, nil) }
-
 // await holds msg while the slot is held (a pause, a reposition), keeping
 // it alive on the server. It returns the delivery's Revoked channel and
 // true when msg may be delivered; false when a reset made it moot, or the
-// worker stopped while holding it (then it is given back).
+// worker stopped while holding it (handOver).
 func (w *worker) await(msg record, epoch uint64) (<-chan struct{}, bool) {
 	s := w.s
-	var keep *time.Ticker
-	defer func() {
-		if keep != nil {
-			keep.Stop()
-		}
-	}()
+	keep := keeper{every: w.g.e.cfg.ackWait / 3}
+	defer keep.stop()
 	s.mu.Lock()
 	for {
 		switch {
 		case s.epoch != epoch && !isRedriven(msg): // a reset of the consumer does not concern a redriven letter
-			s.phase = parked
-			s.signal()
+			s.setPhaseLocked(parked)
 			s.mu.Unlock()
 			return nil, false
 		case s.holds == 0 && !w.stopping():
-			select { // a revocation is spent once its hold ended: a fresh one
-			case <-s.revoked:
-				s.revoked = make(chan struct{})
-			default:
-			}
-			s.phase = busy
-			s.signal()
-			revoked := s.revoked
+			s.renewRevokedLocked()
+			revoked := s.startLocked()
 			s.mu.Unlock()
 			return revoked, true
 		case w.stopping():
-			s.phase = parked
-			s.signal()
+			s.setPhaseLocked(parked)
 			s.mu.Unlock()
-			switch w.g.nextOwner(w) {
-			case ownerLocal: // the next local worker delivers it: not a redelivery
-				s.mu.Lock()
-				s.pending, s.pendingEpoch = msg, epoch
-				s.mu.Unlock()
-				return nil, false
-			case ownerRemote: // finish it here, as a delivery in flight
-				s.mu.Lock()
-				if s.holds == 0 && s.epoch == epoch {
-					s.phase = busy
-					s.signal()
-					revoked := s.revoked
-					s.mu.Unlock()
-					return revoked, true
-				}
-				s.mu.Unlock()
-			}
-			w.g.giveBack(s, epoch, msg)
-			return nil, false
+			return w.handOver(msg, epoch)
 		}
-		s.phase = holding
-		s.signal()
-		ch := s.changed
-		s.mu.Unlock()
-		if keep == nil {
-			keep = time.NewTicker(w.g.e.cfg.ackWait / 3)
-		}
-		select {
-		case <-ch:
-		case <-w.stop:
-		case <-keep.C:
+		s.setPhaseLocked(holding)
+		keep.start()
+		if s.waitLocked(w.stop, keep.ticks()) {
+			s.mu.Unlock()
 			_ = msg.InProgress()
+			s.mu.Lock()
 		}
-		s.mu.Lock()
 	}
 }
 
-// deliver runs the handler on msg, keeping it alive on the server while
-// it runs, and settles the outcome.
-// deliver reports whether the consumer gave the delivery back before it
-// received it (ErrNotDelivered), which the caller keeps for the next
-// delivery.
-func (w *worker) deliver(msg record, revoked <-chan struct{}) (gaveBack bool) {
-	if rm, ok := msg.(redrivenMsg); ok {
-		return w.deliverLetter(rm, revoked)
+// keeper ticks every AckWait/3 once started, for the records a worker
+// holds while the slot does not let it deliver them: at each tick the
+// server is told they are still being handled. Only its worker uses it.
+type keeper struct {
+	every time.Duration
+	t     *time.Ticker
+}
+
+// start starts the ticks, once.
+func (k *keeper) start() {
+	if k.t == nil {
+		k.t = time.NewTicker(k.every)
 	}
-	g := w.g
+}
+
+// ticks is the ticks' channel: nil, never ready, until start.
+func (k *keeper) ticks() <-chan time.Time {
+	if k.t == nil {
+		return nil
+	}
+	return k.t.C
+}
+
+func (k *keeper) stop() {
+	if k.t != nil {
+		k.t.Stop()
+	}
+}
+
+// handOver is await's end for a worker that stopped while holding msg,
+// fetched in epoch, by who owns the partition next (nextOwner): another
+// local member's worker gets it kept (no redelivery); when a member of
+// another broker does, or this one is closing, it is delivered here, as a
+// delivery in flight (true, with its Revoked channel), unless a hold or a
+// reset came meanwhile; else it is given back.
+func (w *worker) handOver(msg record, epoch uint64) (<-chan struct{}, bool) {
+	s := w.s
+	switch w.g.members.nextOwner(w) {
+	case ownerLocal:
+		s.keep(msg, epoch)
+		return nil, false
+	case ownerRemote:
+		s.mu.Lock()
+		if s.holds == 0 && s.epoch == epoch {
+			revoked := s.startLocked()
+			s.mu.Unlock()
+			return revoked, true
+		}
+		s.mu.Unlock()
+	}
+	w.g.giveBack(s, epoch, msg)
+	return nil, false
+}
+
+// recordID is the ID of the partition's record at stream sequence seq.
+func (w *worker) recordID(seq uint64) string {
+	return w.g.t.streams[w.s.p].CachedInfo().Config.Name + "-" + strconv.FormatUint(seq, 10)
+}
+
+// deliver runs the handler on msg (a record of the partition, or a
+// redriven dead letter), keeping it alive on the server while it runs,
+// and settles the outcome. It reports whether the consumer gave the
+// delivery back before it received it (ErrNotDelivered), which the caller
+// keeps for the next delivery.
+func (w *worker) deliver(msg record, revoked <-chan struct{}) (gaveBack bool) {
 	md, err := msg.Metadata()
 	if err != nil {
 		_ = msg.Nak()
 		return false
 	}
-	seq := md.Sequence.Stream
-	w.more = md.NumPending > 0
-	id := g.t.streams[w.s.p].CachedInfo().Config.Name + "-" + strconv.FormatUint(seq, 10)
-	rec, derr := decodeRecord(msg.Headers(), msg.Data(), seq, md.Timestamp)
-	if derr != nil {
-		rec = &engine.Record{Offset: int64(seq) - 1, Value: msg.Data(), Created: md.Timestamp}
+	rm, redriven := msg.(redrivenMsg)
+	var d *engine.Delivery
+	var derr error
+	call := w.call
+	if redriven {
+		d, derr = redelivery(rm, md, w.g.t.name, w.s.p, revoked)
+		w.s.mu.Lock()
+		w.s.beginLocked(d.Record.Offset, d.Attempt, w.m.name) // not the partition's position: no skip to count
+		w.s.mu.Unlock()
+		call = w.callOne
+	} else {
+		seq := md.Sequence.Stream
+		w.more = md.NumPending > 0
+		var rec *engine.Record
+		rec, derr = decodeOrRaw(msg.Headers(), msg.Data(), seq, md.Timestamp)
+		d = &engine.Delivery{Topic: w.g.t.name, Partition: w.s.p, ID: w.recordID(seq), Record: rec,
+			Attempt: int(md.NumDelivered), Revoked: revoked}
+		w.noteStart(seq, d.Attempt)
 	}
-	d := &engine.Delivery{Topic: g.t.name, Partition: w.s.p, ID: id, Record: rec,
-		Attempt: int(md.NumDelivered), Revoked: revoked}
-	w.noteStart(seq, d.Attempt)
-	verdict, herr := w.handle(msg, d, derr, w.call)
-	if g.e.handlerCtx.Err() != nil {
-		return false // Close gave up on this delivery: nothing is committed
-	}
-	if verdict == kit.NotDelivered {
+	verdict, herr := w.handle(msg, d, derr, call)
+	switch {
+	case w.g.e.handlerCtx.Err() != nil:
+		return false // Close gave up on this delivery: nothing is committed (a redriven letter stays queued)
+	case verdict == kit.NotDelivered:
 		return true
+	case redriven:
+		w.settleRedriven(rm, md, d, herr)
+	default:
+		w.settle(msg, d, herr)
 	}
-	w.settle(msg, d, herr)
 	return false
 }
 
@@ -548,20 +427,57 @@ func (w *worker) handle(msg record, d *engine.Delivery, derr error, call func(*e
 	stopKeep := w.keepAlive(msg)
 	var herr error
 	if derr != nil {
-		herr = fmt.Errorf("%w: %v", engine.ErrPermanent, derr)
+		herr = undecodable(derr)
 	} else {
 		herr = call(d)
 	}
 	stopKeep()
 	verdict := kit.Judge(herr, d.Attempt, w.g.spec.Retry.MaxAttempts)
-	w.noteEnd(verdict == kit.Retry)
+	w.s.ended(verdict == kit.Retry)
 	return verdict, herr
+}
+
+// undecodable is the handler's error for a record that could not be
+// decoded: permanent, so it is dead-lettered at once.
+func undecodable(derr error) error { return fmt.Errorf("%w: %v", engine.ErrPermanent, derr) }
+
+// noteStart records, for the snapshot and the skip count, that a delivery
+// from stream sequence seq begins.
+func (w *worker) noteStart(seq uint64, attempt int) {
+	g := w.g
+	from := w.s.begin(seq, attempt, w.m.name)
+	if from == 0 {
+		return
+	}
+	g.counts.skipped.Add(int64(seq - from))
+	if obs := g.e.obs; obs != nil {
+		obs.Observe(&engine.Event{Kind: engine.EventSkip, Topic: g.t.name, Group: g.name,
+			Partition: w.s.p, Offset: int64(from) - 1, To: int64(seq) - 1})
+	}
 }
 
 // call runs the member's handler (kit.Call: a panic becomes a
 // *PanicError).
 func (w *worker) call(d *engine.Delivery) error {
 	return kit.Call(w.g.e.handlerCtx, w.m.h, d)
+}
+
+// callBatch runs the member's batch handler (kit.Call: a panic becomes a
+// *PanicError).
+func (w *worker) callBatch(b *engine.Batch) error {
+	return kit.Call(w.g.e.handlerCtx, w.m.bh, b)
+}
+
+// callOne runs the member's handler on one delivery: a batch consumer's
+// as a batch of one record.
+func (w *worker) callOne(d *engine.Delivery) error {
+	if w.m.bh == nil {
+		return w.call(d)
+	}
+	b := &engine.Batch{Topic: d.Topic, Partition: d.Partition, Records: []*engine.Record{d.Record},
+		IDs: []string{d.ID}, Attempt: d.Attempt, Revoked: d.Revoked}
+	_, failed := kit.Outcome(w.callBatch(b), 1)
+	return failed
 }
 
 // settle tells the server the outcome: an ack, a retry after the
@@ -582,7 +498,7 @@ func (w *worker) settle(msg record, d *engine.Delivery, herr error) (again bool)
 		// reply was lost may well have committed.
 		// Counted before the ack, so that whoever sees the commit (Drain
 		// polls the server) sees the count too.
-		g.delivered.Add(1)
+		g.counts.delivered.Add(1)
 		w.s.settled(d)
 		w.ackNext(msg, w.more)
 		g.e.committed()
@@ -591,7 +507,7 @@ func (w *worker) settle(msg record, d *engine.Delivery, herr error) (again bool)
 		if w.deadLetter(msg, d, herr, letterID(d, md)) {
 			return true
 		}
-		g.terminate(msg, d, md)
+		w.terminate(msg, d, md)
 		w.s.settled(d)
 		g.e.committed()
 	default:
@@ -601,11 +517,40 @@ func (w *worker) settle(msg record, d *engine.Delivery, herr error) (again bool)
 	return false
 }
 
+// settleRedriven tells the server the outcome of a redriven letter's
+// delivery, as settle does a record's, but commits nothing in the
+// partition: an ack (or, once dead-lettered again, an ack too) removes
+// the letter from the redrive stream.
+func (w *worker) settleRedriven(msg redrivenMsg, md *natsjs.MsgMetadata, d *engine.Delivery, herr error) {
+	g := w.g
+	ack := func() {
+		ctx, cancel := g.e.ctx()
+		_ = msg.DoubleAck(ctx)
+		cancel()
+		g.e.committed()
+	}
+	switch kit.Judge(herr, d.Attempt, g.spec.Retry.MaxAttempts) {
+	case kit.Abandoned, kit.NotDelivered:
+		_ = msg.Nak()
+	case kit.Ack:
+		g.counts.delivered.Add(1) // before the ack, which Drain may see
+		ack()
+	case kit.DeadLetter:
+		// Its own letter ID: the redrive consumer's sequences are not the
+		// partition consumer's.
+		if !w.deadLetter(msg, d, herr, letterID(d, md)+"-r"+strconv.FormatUint(md.Sequence.Stream, 10)) {
+			ack()
+		}
+	default:
+		w.retry(msg, d, herr)
+	}
+}
+
 // retry sends msg back to be delivered again after the policy's backoff,
 // counted and reported.
 func (w *worker) retry(msg record, d *engine.Delivery, herr error) {
 	g := w.g
-	g.retried.Add(1)
+	g.counts.retried.Add(1)
 	delay := g.spec.Retry.Delay(d.Attempt)
 	_ = msg.NakWithDelay(delay)
 	if obs := g.e.obs; obs != nil {
@@ -614,104 +559,123 @@ func (w *worker) retry(msg record, d *engine.Delivery, herr error) {
 	}
 }
 
-// Who owns a partition next, for a worker that stops holding a record.
-const (
-	ownerNone   = iota // nobody in this broker, or Close gave up: give it back to the server
-	ownerLocal         // another live member of this broker: keep it for its worker
-	ownerRemote        // a member of another broker, or the broker is closing: deliver it here, as in flight
-)
-
-func (g *group) nextOwner(w *worker) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.gone.Load() != nil { // deleted: nothing more is delivered
-		return ownerNone
-	}
-	if g.closed {
-		// Close drained what it could and is stopping the workers: a
-		// record that reached this one meanwhile is finished here, as a
-		// delivery in flight, unless Close already gave up.
-		if g.e.handlerCtx.Err() == nil {
-			return ownerRemote
-		}
-		return ownerNone
-	}
-	for name, ps := range g.assign {
-		if slices.Contains(ps, w.s.p) {
-			if m := g.members[name]; m != nil && m != w.m && g.live(m) {
-				return ownerLocal
-			}
-			if g.members[name] == nil {
-				return ownerRemote
-			}
-		}
-	}
-	return ownerNone
-}
-
-// live reports whether m, a local member, may own partitions: its key is
-// on the server and it has not left. g.mu must be held.
-func (g *group) live(m *member) bool { return m.rev != 0 && !m.left && !m.evicted }
-
-// giveBack returns records this broker fetched from slot s's partition
-// (or its redrive consumer) and will not deliver, so that whoever owns
-// the partition next, in any broker, gets them at once, within its poll
-// wait, not after AckWait.
-//
-// The delivery given back must not count as an attempt: the next owner's
-// first delivery of a record is Attempt 1 (the server's delivery count),
-// and a Nak would make it 2. So records delivered once (all of them, in
-// stream order) are given back by resetting the consumer to the first of
-// them, which makes the server forget that they were delivered: it does
-// so only when they are all that is unacked and nothing moved the
-// consumer since they were fetched (the slot's epoch, the consumer's ack
-// floor and last delivered sequence), and the pin, which this broker
-// still holds, keeps everyone else's pulls out meanwhile. Otherwise (a
-// record being retried, which the server must keep counting; Close gave
-// up; the server did not answer) each is Nak'ed: it comes again at once,
-// with Attempt+1.
-func (g *group) giveBack(s *slot, epoch uint64, msgs ...record) {
-	if len(msgs) == 0 {
-		return
-	}
-	if !g.resetTo(s, epoch, msgs) {
-		for _, m := range msgs {
-			_ = m.Nak()
-		}
-	}
-}
-
-// resetTo is giveBack's reset; false when it did not reset.
-func (g *group) resetTo(s *slot, epoch uint64, msgs []record) bool {
-	if g.e.handlerCtx.Err() != nil || !g.e.js.Conn().IsConnected() { // a Nak is buffered while reconnecting; requests would wait
+// deadLetter stores the dead letter of d's record (letters.store), for a
+// worker that gave up on it; the caller then settles the record. When the
+// server refuses the letter, it is tried again after the group's retry
+// backoff, the handler not called again, the record kept alive, up to
+// MaxAttempts tries in all; then it is dropped (letters.drop), and the
+// record settled all the same. When the server cannot be asked (no
+// answer, no connection), it is tried again, backing off the same way,
+// for as long as it takes. Meanwhile Snapshot shows the partition
+// Retrying. deadLetter reports whether the worker stopped first: the
+// record is then given back unsettled (the next owner delivers it again,
+// with Attempt+1) and the caller must not settle it.
+func (w *worker) deadLetter(msg record, d *engine.Delivery, herr error, id string) (stopped bool) {
+	g := w.g
+	if g.spec.DeadLetterLimit == engine.NoDeadLetters { // a letter is evicted as it comes
+		g.letters.drop(d, herr, nil, w.m.name, id)
 		return false
 	}
-	seqs := make([]uint64, len(msgs))
-	for i, m := range msgs {
-		md, err := m.Metadata()
-		if err != nil || md.NumDelivered != 1 || i > 0 && md.Sequence.Stream <= seqs[i-1] {
+	for try := 1; ; try++ {
+		ctx, cancel := g.e.ctx()
+		err := g.letters.store(ctx, msg, d, herr, w.m.name, id)
+		cancel()
+		switch {
+		case err == nil:
+			return false
+		case refused(err) && try >= g.spec.Retry.MaxAttempts:
+			g.letters.drop(d, herr, err, w.m.name, id)
 			return false
 		}
-		seqs[i] = md.Sequence.Stream
+		if !w.waitToStore(msg, d, g.spec.Retry.Delay(try)) {
+			g.letters.forget(id)
+			_ = msg.Nak()
+			return true
+		}
 	}
-	redriven := isRedriven(msgs[0])
-	s.mu.Lock()
-	moved := s.epoch != epoch && !redriven
-	s.mu.Unlock()
-	if moved {
-		return false
+}
+
+// waitToStore waits out delay before a dead letter's next store, keeping
+// msg alive on the server; false when the worker stopped (or Close gave
+// up) first.
+func (w *worker) waitToStore(msg record, d *engine.Delivery, delay time.Duration) bool {
+	defer w.s.retryingStore(d.Attempt)()
+	defer w.keepAlive(msg)()
+	return kit.Wait(delay, w.stop, w.g.e.handlerCtx.Done())
+}
+
+// terminate tells the server a dead-lettered record is done with (a
+// Term), and waits until the ack floor passes it: a Term has no
+// confirmation, and Committed and Drain must see the dead letter settled
+// when the handler's caller does.
+func (w *worker) terminate(msg record, d *engine.Delivery, md *natsjs.MsgMetadata) {
+	if err := msg.TermWithReason("logbus: dead-lettered"); err != nil || md == nil {
+		return
 	}
-	ctx, cancel := g.e.ctx()
+	ctx, cancel := w.g.e.ctx()
 	defer cancel()
-	c, stream, name := g.consumers[s.p], g.t.streams[s.p], g.e.names.consumer(g.name, s.p)
-	if redriven {
-		c, stream, name = g.rconsumer[s.p], g.rdq, g.e.names.redriveConsumer(s.p)
+	for {
+		info, err := w.g.consumers[d.Partition].Info(ctx)
+		if err != nil || info.AckFloor.Stream >= md.Sequence.Stream {
+			return
+		}
+		pause(ctx, 2*time.Millisecond)
+		if ctx.Err() != nil {
+			return
+		}
 	}
-	info, err := c.Info(ctx)
-	if err != nil || info.AckFloor.Stream+1 != seqs[0] || info.Delivered.Stream != seqs[len(seqs)-1] ||
-		info.NumAckPending != len(msgs) {
-		return false
+}
+
+// redriveStep delivers one redriven letter of the worker's partition, if
+// there is one: one the previous local worker kept first, else the next
+// from the partition's redrive consumer. When the consumer has nothing
+// waiting and nothing unacked, it records that, and the worker goes on
+// with the partition's records. A letter unacked elsewhere (a crashed
+// member's, until AckWait, or one waiting out its backoff) keeps the
+// worker here, as a record in flight would: order is kept.
+func (w *worker) redriveStep() {
+	s, g := w.s, w.g
+	s.mu.Lock()
+	if msg, ok := s.pending.(redrivenMsg); ok && !w.stopping() {
+		s.pending = nil
+		s.mu.Unlock()
+		w.take(msg, s.currentEpoch()) // a reset of the partition's consumer does not concern the letter
+		return
 	}
-	_, err = stream.ResetConsumerToSequence(ctx, name, seqs[0])
-	return err == nil
+	gen := s.redriveGen
+	s.setPhaseLocked(fetching)
+	s.mu.Unlock()
+	defer s.setPhase(parked)
+	ctx, cancel := g.e.ctx()
+	info, err := g.redrive.consumers[s.p].Info(ctx)
+	cancel()
+	if err != nil {
+		w.pause(g.e.cfg.pollWait)
+		return
+	}
+	if info.NumPending == 0 && info.NumAckPending == 0 {
+		s.lookedForRedrive(gen) // unless a Redrive came since the look
+		return
+	}
+	p, err := w.redrivePuller()
+	if err != nil {
+		w.pause(g.e.cfg.pollWait)
+		return
+	}
+	hadPin := p.pin != ""
+	wait := g.e.cfg.pollWait
+	if err := p.pull(wait); err != nil {
+		w.pause(g.e.cfg.pollWait)
+		return
+	}
+	msg, err := p.next(g.e.handlerCtx.Done(), wait+time.Second)
+	switch {
+	case msg != nil:
+		w.take(redrivenMsg{msg}, s.currentEpoch())
+	case errors.Is(err, errPinned) && hadPin:
+		// The pin lapsed while the consumer was idle (PinnedTTL): the
+		// next pull, without it, gets a new one.
+	case err != nil:
+		w.pause(g.e.cfg.pollWait)
+	}
 }

@@ -165,6 +165,20 @@ func New(opts ...Option) *Hooks {
 	return h
 }
 
+// spanAttrs are the attributes of a span of operation op (of type
+// opType) on a partition of topic, then more.
+func spanAttrs(op string, opType attribute.KeyValue, topic string, partition int, more ...attribute.KeyValue) trace.SpanStartEventOption {
+	attrs := make([]attribute.KeyValue, 0, 5+len(more))
+	attrs = append(attrs,
+		semconv.MessagingSystemKey.String(System),
+		semconv.MessagingOperationName(op),
+		opType,
+		semconv.MessagingDestinationName(topic),
+		semconv.MessagingDestinationPartitionID(strconv.Itoa(partition)),
+	)
+	return trace.WithAttributes(append(attrs, more...)...)
+}
+
 // sendStart is kept in a publish's context from OnPublish to OnPublished.
 type sendStart struct{}
 
@@ -172,13 +186,7 @@ type sendStart struct{}
 // record's headers.
 func (h *Hooks) OnPublish(ctx context.Context, p *pubsub.PublishInfo) context.Context {
 	ctx, _ = h.tracer.Start(ctx, "send "+p.Topic, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(
-			semconv.MessagingSystemKey.String(System),
-			semconv.MessagingOperationName("send"),
-			semconv.MessagingOperationTypeSend,
-			semconv.MessagingDestinationName(p.Topic),
-			semconv.MessagingDestinationPartitionID(strconv.Itoa(p.Partition)),
-		))
+		spanAttrs("send", semconv.MessagingOperationTypeSend, p.Topic, p.Partition))
 	h.prop.Inject(ctx, headers{p})
 	if !h.opDur.Float64Histogram.Enabled(ctx) {
 		return ctx // no clock read for a duration nobody records
@@ -232,12 +240,7 @@ func (h *Hooks) OnPublished(ctx context.Context, p *pubsub.PublishInfo, pos pubs
 func (h *Hooks) OnDeliver(ctx context.Context, d *pubsub.DeliveryInfo) context.Context {
 	opts := []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			semconv.MessagingSystemKey.String(System),
-			semconv.MessagingOperationName("process"),
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingDestinationName(d.Topic),
-			semconv.MessagingDestinationPartitionID(strconv.Itoa(d.Partition)),
+		spanAttrs("process", semconv.MessagingOperationTypeProcess, d.Topic, d.Partition,
 			semconv.MessagingConsumerGroupName(d.Group),
 			semconv.MessagingMessageID(d.ID),
 			attrOffset.Int64(d.Offset),

@@ -2,9 +2,10 @@ package pubsub
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/logbus/logbus/internal/enum"
 )
 
 // Hook is a value that implements one or more of the Hook* interfaces
@@ -161,19 +162,10 @@ const (
 	OutcomeGivenBack
 )
 
-func (o Outcome) String() string {
-	switch o {
-	case OutcomeAcked:
-		return "acked"
-	case OutcomeFailed:
-		return "failed"
-	case OutcomeUndecodable:
-		return "undecodable"
-	case OutcomeGivenBack:
-		return "given back"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
+var outcomeNames = []string{OutcomeAcked: "acked", OutcomeFailed: "failed", OutcomeUndecodable: "undecodable",
+	OutcomeGivenBack: "given back"}
+
+func (o Outcome) String() string { return enum.Name(outcomeNames, "Outcome", o) }
 
 // DeliveryResult is how a delivery attempt ended, for HookDelivered.
 type DeliveryResult struct {

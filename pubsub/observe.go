@@ -160,6 +160,16 @@ func (o *observer) stuckAfter() time.Duration {
 	return o.stuck
 }
 
+// trimmed logs a drop or an expiry, e, as msg, and raises it to hooks
+// (event names them, as safely does) with on.
+func trimmed[H any](o *observer, ctx context.Context, e *engine.Event, msg, event string, hooks []H, on func(H, TrimEvent)) {
+	ev := TrimEvent{Topic: e.Topic, Partition: e.Partition, Count: e.Count}
+	o.logAttrs(ctx, slog.LevelDebug, msg, append(topicAttrs(e.Topic, e.Partition), slog.Int64("count", e.Count))...)
+	for _, h := range hooks {
+		o.safely(h, event, func() { on(h, ev) })
+	}
+}
+
 // safely calls f, recovering a panic of the hook it calls: logged, and
 // otherwise ignored, so a broken hook breaks neither the event nor the
 // other hooks.
@@ -461,19 +471,9 @@ func (o *observer) Observe(e *engine.Event) {
 			o.safely(h, "backpressure", func() { h.OnBackpressure(ev) })
 		}
 	case engine.EventDrop:
-		ev := TrimEvent{Topic: e.Topic, Partition: e.Partition, Count: e.Count}
-		o.logAttrs(ctx, slog.LevelDebug, "logbus: dropped records to make room",
-			append(topicAttrs(e.Topic, e.Partition), slog.Int64("count", e.Count))...)
-		for _, h := range o.drop {
-			o.safely(h, "drop", func() { h.OnDrop(ev) })
-		}
+		trimmed(o, ctx, e, "logbus: dropped records to make room", "drop", o.drop, HookDrop.OnDrop)
 	case engine.EventExpire:
-		ev := TrimEvent{Topic: e.Topic, Partition: e.Partition, Count: e.Count}
-		o.logAttrs(ctx, slog.LevelDebug, "logbus: expired records",
-			append(topicAttrs(e.Topic, e.Partition), slog.Int64("count", e.Count))...)
-		for _, h := range o.expire {
-			o.safely(h, "expire", func() { h.OnExpire(ev) })
-		}
+		trimmed(o, ctx, e, "logbus: expired records", "expire", o.expire, HookExpire.OnExpire)
 	case engine.EventSkip:
 		ev := SkipEvent{Topic: e.Topic, Group: e.Group, Partition: e.Partition, From: e.Offset, To: e.To}
 		if o.enabled(slog.LevelWarn) {

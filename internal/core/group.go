@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/logbus/logbus/engine"
+	"github.com/logbus/logbus/internal/enum"
 )
 
 // DeliveryState is where the current record of one (group, partition) is in
@@ -25,21 +26,10 @@ const (
 	DeadLettered                        // it failed for good; parked, and the offset moved past it
 )
 
-func (s DeliveryState) String() string {
-	switch s {
-	case Pending:
-		return "pending"
-	case InFlight:
-		return "in-flight"
-	case Acked:
-		return "acked"
-	case RetryScheduled:
-		return "retry-scheduled"
-	case DeadLettered:
-		return "dead-lettered"
-	}
-	return fmt.Sprintf("DeliveryState(%d)", int32(s))
-}
+var deliveryStateNames = []string{Pending: "pending", InFlight: "in-flight", Acked: "acked",
+	RetryScheduled: "retry-scheduled", DeadLettered: "dead-lettered"}
+
+func (s DeliveryState) String() string { return enum.Name(deliveryStateNames, "DeliveryState", s) }
 
 // Group is a consumer group on one topic: members sharing one cursor per
 // partition, each partition owned by one member and served by at most one

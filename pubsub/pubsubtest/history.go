@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/logbus/logbus/internal/enum"
 	"github.com/logbus/logbus/pubsub"
 )
 
@@ -74,15 +75,10 @@ const (
 	DeadLetter
 )
 
-var kindNames = [...]string{Publish: "publish", Start: "start", End: "end",
+var kindNames = []string{Publish: "publish", Start: "start", End: "end",
 	Reposition: "reposition", Crash: "crash", DeadLetter: "dead-letter"}
 
-func (k EventKind) String() string {
-	if k > 0 && int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return fmt.Sprintf("EventKind(%d)", int(k))
-}
+func (k EventKind) String() string { return enum.Name(kindNames, "EventKind", k) }
 
 // An Event is one entry of a History, in the order the History saw them.
 type Event struct {

@@ -16,8 +16,7 @@ import (
 func asyncCases() []confCase {
 	return []confCase{
 		{name: "PublishAsync stores records at dense positions, those Publish would give, in call order per key", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(3))
+			b, topic := c.brokerTopic("orders", pubsub.WithPartitions(3))
 			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "g", "c1", rec)
 			const n = 60
@@ -98,8 +97,7 @@ func asyncCases() []confCase {
 			asyncPrefixCase(c, true)
 		}},
 		{name: "Drain and Close wait for the records PublishAsync has in flight", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "t", pubsub.WithPartitions(2))
+			b, topic := c.brokerTopic("t", pubsub.WithPartitions(2))
 			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "g", "c1", rec)
 			for i := range 20 {
@@ -133,8 +131,7 @@ func asyncCases() []confCase {
 			c.wantIs("PublishAsync after Close", err, pubsub.ErrClosed)
 		}},
 		{name: "ctx bounds only admission and Wait's ctx only the wait: neither changes a record's fate", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "t")
+			_, topic := c.brokerTopic("t")
 			ctx, cancel := context.WithCancel(context.Background())
 			pd := topic.PublishValueAsync(ctx, "admitted")
 			cancel() // after admission: the record's fate is the engine's
@@ -185,8 +182,7 @@ func asyncCases() []confCase {
 // once the group resumed is stored afresh. strict checks the prefix rule
 // exactly: no record is stored after one that failed.
 func asyncPrefixCase(c *conf, strict bool) {
-	b := c.broker()
-	topic := c.topic(b, "jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 3, BlockTimeout: shortWait}))
+	b, topic := c.brokerTopic("jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 3, BlockTimeout: shortWait}))
 	rec := pubsubtest.NewRecorder[string]()
 	g := subscribe(c, topic, "held", "h1", rec)
 	if err := g.Pause(c.ctx()); err != nil {

@@ -80,8 +80,7 @@ func batchCases() []confCase {
 	batches := engine.Batches
 	return []confCase{
 		{name: "a batch consumer gets a partition's records once each, in offset order, at most WithBatchSize per call, what is there at once", needs: batches, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			want := seqStrings(10)
 			for _, v := range want {
 				publishValue(c, topic, v)
@@ -110,13 +109,10 @@ func batchCases() []confCase {
 			if got := g.Committed(0); got != 10 {
 				c.Errorf("Committed(0): got %d, want 10", got)
 			}
-			if got, want := g.Stats(), (pubsub.GroupStats{Delivered: 10}); got != want {
-				c.Errorf("stats: got %+v, want %+v", got, want)
-			}
+			wantGroupStats(c, g, pubsub.GroupStats{Delivered: 10})
 		}},
 		{name: "every group's batch consumers see every record, each partition in order by one consumer of the group", needs: batches, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(4))
+			b, topic := c.brokerTopic("orders", pubsub.WithPartitions(4))
 			logs := map[string]*batchLog[string]{"g1/a": {}, "g1/b": {}, "g2/a": {}}
 			subscribeBatch(c, topic, "g1", "a", logs["g1/a"], pubsub.WithBatchSize(3))
 			subscribeBatch(c, topic, "g1", "b", logs["g1/b"], pubsub.WithBatchSize(5))
@@ -163,11 +159,8 @@ func batchCases() []confCase {
 			}
 		}},
 		{name: "a BatchError commits the messages before its index and retries the failed one alone, then the rest follow", needs: batches, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			for _, v := range []string{"a", "b", "bad", "c", "d"} {
-				publishValue(c, topic, v)
-			}
+			b, topic := c.brokerTopic("orders")
+			publishValues(c, topic, "a", "b", "bad", "c", "d")
 			failed := false
 			log := &batchLog[string]{fail: func(_ int, msgs []pubsub.Message[string]) error {
 				if failed {
@@ -211,16 +204,11 @@ func batchCases() []confCase {
 			if !slices.Equal(seen, []string{"a", "b"}) {
 				c.Errorf("delivered before \"bad\": got %v, want [a b] once", seen)
 			}
-			if got, want := g.Stats(), (pubsub.GroupStats{Delivered: 5, Retried: 1}); got != want {
-				c.Errorf("stats: got %+v, want %+v", got, want)
-			}
+			wantGroupStats(c, g, pubsub.GroupStats{Delivered: 5, Retried: 1})
 		}},
 		{name: "a batch message that keeps failing is dead-lettered after MaxAttempts with its error, and the partition moves on", needs: batches, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			for _, v := range []string{"a", "bad", "b"} {
-				publishValue(c, topic, v)
-			}
+			b, topic := c.brokerTopic("orders")
+			publishValues(c, topic, "a", "bad", "b")
 			log := &batchLog[string]{fail: func(_ int, msgs []pubsub.Message[string]) error { return failAt(msgs, "bad", errBoom) }}
 			g := subscribeBatch(c, topic, "billing", "b1", log, pubsub.WithGroupRetry(pubsub.RetryPolicy{MaxAttempts: 3, BaseDelay: time.Millisecond}))
 			c.drain(b)
@@ -248,19 +236,14 @@ func batchCases() []confCase {
 			if len(dl) != 1 || dl[0].Message.Value != "bad" || dl[0].Attempts != 3 || !errors.Is(dl[0].Err, errBoom) {
 				c.Fatalf("dead letters: got %+v, want \"bad\" after 3 attempts with the handler's error", dl)
 			}
-			if got, want := g.Stats(), (pubsub.GroupStats{Delivered: 2, Retried: 2, DeadLettered: 1}); got != want {
-				c.Errorf("stats: got %+v, want %+v", got, want)
-			}
+			wantGroupStats(c, g, pubsub.GroupStats{Delivered: 2, Retried: 2, DeadLettered: 1})
 			if got := g.Committed(0); got != 3 {
 				c.Errorf("Committed(0): got %d, want 3", got)
 			}
 		}},
 		{name: "ErrPermanent in a BatchError dead-letters the message at once", needs: batches, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			for _, v := range []string{"a", "bad", "b"} {
-				publishValue(c, topic, v)
-			}
+			b, topic := c.brokerTopic("orders")
+			publishValues(c, topic, "a", "bad", "b")
 			log := &batchLog[string]{fail: func(_ int, msgs []pubsub.Message[string]) error {
 				return failAt(msgs, "bad", fmt.Errorf("unknown currency: %w", pubsub.ErrPermanent))
 			}}
@@ -275,11 +258,8 @@ func batchCases() []confCase {
 		}},
 		{name: "a batch handler's plain error or panic fails its first message, which is retried alone, then the rest come again", needs: batches, run: func(c *conf) {
 			for _, how := range []string{"error", "panic"} {
-				b := c.broker()
-				topic := c.topic(b, "orders-"+how)
-				for _, v := range []string{"a", "b", "c"} {
-					publishValue(c, topic, v)
-				}
+				b, topic := c.brokerTopic("orders-" + how)
+				publishValues(c, topic, "a", "b", "c")
 				log := &batchLog[string]{fail: func(call int, _ []pubsub.Message[string]) error {
 					if call > 0 {
 						return nil
@@ -310,9 +290,7 @@ func batchCases() []confCase {
 		{name: "an undecodable value is dead-lettered at once and never reaches a batch handler, which gets the values around it", needs: batches, run: func(c *conf) {
 			b := c.broker()
 			topic := newTopic(c, b, "orders", pickyStrings(), pickyStrings())
-			for _, v := range []string{"a", "poison", "b"} {
-				publishValue(c, topic, v)
-			}
+			publishValues(c, topic, "a", "poison", "b")
 			log := &batchLog[string]{}
 			g := subscribeBatch(c, topic, "billing", "b1", log)
 			c.drain(b)
@@ -325,8 +303,7 @@ func batchCases() []confCase {
 			}
 		}},
 		{name: "Pause, Seek and Leave wait for a batch in flight, each only until its ctx ends, and the batch then commits once", needs: batches, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			entered, release := make(chan struct{}), make(chan struct{})
 			var once sync.Once
 			c.Cleanup(func() { once.Do(func() { close(release) }) })
@@ -343,9 +320,7 @@ func batchCases() []confCase {
 				}
 				return nil
 			})
-			for _, v := range []string{"a", "b", "c"} {
-				publishValue(c, topic, v)
-			}
+			publishValues(c, topic, "a", "b", "c")
 			g := subscribeBatch(c, topic, "billing", "b1", h)
 			c.wait("the first batch", entered)
 			c.wantIs("Pause while a batch is in flight", g.Pause(c.within(shortWait)), context.DeadlineExceeded)
@@ -376,11 +351,8 @@ func batchCases() []confCase {
 			}
 		}},
 		{name: "a batch still running when Close gives up is reported Running, and commits none of its messages when it returns", needs: batches, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			for _, v := range []string{"a", "b", "c"} {
-				publishValue(c, topic, v)
-			}
+			b, topic := c.brokerTopic("orders")
+			publishValues(c, topic, "a", "b", "c")
 			entered, release, returned := make(chan struct{}), make(chan struct{}), make(chan struct{})
 			var once sync.Once
 			c.Cleanup(func() { once.Do(func() { close(release) }) })
@@ -391,32 +363,14 @@ func batchCases() []confCase {
 				return nil
 			}))
 			c.wait("the first batch", entered)
-			se, ok := errors.AsType[*pubsub.ShutdownError](b.Close(c.within(shortWait)))
-			if !ok {
-				c.Fatal("Close: want a *pubsub.ShutdownError")
-			}
-			want := []pubsub.Unfinished{{Group: "billing", Topic: "orders", Partition: 0, Committed: 0, End: 3, Running: true}}
-			if !slices.Equal(se.Unfinished, want) {
-				c.Errorf("Unfinished: got %+v, want %+v", se.Unfinished, want)
-			}
+			wantUnfinished(c, b.Close(c.within(shortWait)), []pubsub.Unfinished{{Group: "billing", Topic: "orders", Partition: 0, Committed: 0, End: 3, Running: true}}...)
 			once.Do(func() { close(release) })
 			c.wait("the batch handler's return", returned)
-			c.settle()
-			if got := g.Committed(0); got != 0 {
-				c.Errorf("the late batch committed: Committed(0) %d, want 0", got)
-			}
-			if c.bubble { // in real time the engine may still be taking the acks back
-				if got := g.Stats().Delivered; got != 0 {
-					c.Errorf("the late batch's acks counted: Delivered %d, want 0", got)
-				}
-			}
+			lateCommittedNothing(c, g, "batch")
 		}},
 		{name: "a partition leaves a batch consumer only after its batch in flight committed, and is not redelivered", needs: batches, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			for _, v := range []string{"a", "b", "c"} {
-				publishValue(c, topic, v)
-			}
+			b, topic := c.brokerTopic("orders")
+			publishValues(c, topic, "a", "b", "c")
 			entered, release := make(chan struct{}), make(chan struct{})
 			var once sync.Once
 			c.Cleanup(func() { once.Do(func() { close(release) }) })
@@ -443,8 +397,7 @@ func batchCases() []confCase {
 			}
 		}},
 		{name: "a group may mix batch and per-record consumers: each record once, each partition in order", needs: batches, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(4))
+			b, topic := c.brokerTopic("orders", pubsub.WithPartitions(4))
 			batch := &batchLog[string]{}
 			one := &callLog[string]{}
 			subscribeBatch(c, topic, "billing", "batch", batch)
@@ -478,11 +431,8 @@ func batchCases() []confCase {
 			}
 		}},
 		{name: "Replay redelivers to a batch consumer from the start, on attempt 1", needs: batches, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			for _, v := range []string{"a", "b", "c"} {
-				publishValue(c, topic, v)
-			}
+			b, topic := c.brokerTopic("orders")
+			publishValues(c, topic, "a", "b", "c")
 			log := &batchLog[string]{}
 			g := subscribeBatch(c, topic, "billing", "b1", log)
 			c.drain(b)
@@ -498,8 +448,7 @@ func batchCases() []confCase {
 			}
 		}},
 		{name: "Close drains batch consumers before it stops", needs: batches, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(2))
+			b, topic := c.brokerTopic("orders", pubsub.WithPartitions(2))
 			log := &batchLog[string]{}
 			subscribeBatch(c, topic, "billing", "b1", log, pubsub.WithBatchSize(7))
 			want := seqStrings(50)
@@ -516,17 +465,10 @@ func batchCases() []confCase {
 			}
 		}},
 		{name: "WithBatchWait gathers what is published within the wait into one batch", needs: engine.Batches | engine.VirtualTime, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			start := time.Now()
-			var (
-				mu sync.Mutex
-				at []time.Duration
-			)
+			b, topic := c.brokerTopic("orders")
+			times := newCallTimes()
 			log := &batchLog[string]{fail: func(int, []pubsub.Message[string]) error {
-				mu.Lock()
-				defer mu.Unlock()
-				at = append(at, time.Since(start))
+				times.mark()
 				return nil
 			}}
 			subscribeBatch(c, topic, "billing", "b1", log, pubsub.WithBatchSize(10), pubsub.WithBatchWait(50*time.Millisecond))
@@ -539,15 +481,12 @@ func batchCases() []confCase {
 			if len(calls) != 1 || !slices.Equal(values(calls[0]), []string{"a", "b", "c"}) {
 				c.Errorf("calls: got %v, want one batch [a b c]", calls)
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if !slices.Equal(at, []time.Duration{50 * time.Millisecond}) {
+			if at := times.all(); !slices.Equal(at, []time.Duration{50 * time.Millisecond}) {
 				c.Errorf("calls at %v of virtual time, want [50ms]: the wait runs from the first record", at)
 			}
 		}},
 		{name: "batch options are ErrInvalid outside SubscribeBatch, and out of range in it", needs: batches, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			_, topic := c.brokerTopic("orders")
 			_, err := topic.Subscribe("g", "c", &callLog[string]{}, pubsub.WithBatchSize(8))
 			c.wantIs("Subscribe with WithBatchSize", err, pubsub.ErrInvalid)
 			_, err = topic.Stream("g", "c", pubsub.WithBatchWait(time.Second))

@@ -17,8 +17,7 @@ func deleteCases() []confCase {
 	deletes := engine.Delete
 	return []confCase{
 		{name: "DeleteGroup wakes a Publish blocked on a Block partition the group held full, which then appends", needs: deletes, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: 2 * failureBound}))
+			b, topic := c.brokerTopic("jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: 2 * failureBound}))
 			// The newcomer's case: a group nobody consumes any more holds
 			// every record, and a Block partition fills up behind it.
 			g := subscribe(c, topic, "abandoned", "a1", pubsubtest.NewRecorder[string]())
@@ -27,15 +26,7 @@ func deleteCases() []confCase {
 			}
 			publishValue(c, topic, "j0")
 			publishValue(c, topic, "j1")
-			type result struct {
-				pos pubsub.Position
-				err error
-			}
-			published := make(chan result, 1)
-			go func() {
-				pos, err := topic.PublishValue(c.ctx(), "j2")
-				published <- result{pos, err}
-			}()
+			published := publishLater(c, topic, "j2")
 			c.settle()
 			select {
 			case r := <-published:
@@ -55,15 +46,12 @@ func deleteCases() []confCase {
 			}
 		}},
 		{name: "after DeleteGroup its handle fails with ErrSubscription, its Stream's channel closes, and the name starts afresh", needs: deletes, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			s := stream(c, topic, "billing", "b1", pubsub.WithGroupRetry(pubsub.RetryPolicy{MaxAttempts: 1}))
 			old := s.Group()
 			audit := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "audit", "a1", audit)
-			for _, v := range []string{"a", "b", "c"} {
-				publishValue(c, topic, v)
-			}
+			publishValues(c, topic, "a", "b", "c")
 			recv(c, s).Ack()
 			recv(c, s).Nack(errBoom) // dead-lettered: one attempt only
 			held := recv(c, s)       // "c", held by the caller
@@ -132,8 +120,7 @@ func deleteCases() []confCase {
 			}
 		}},
 		{name: "DeleteGroup waits for a handler in flight only until its ctx ends, and the group is deleted all the same", needs: deletes, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			stuck := newGate(c, false)
 			old := subscribe(c, topic, "billing", "b1", stuck.handler())
 			publishValue(c, topic, "a")
@@ -219,8 +206,7 @@ func deleteCases() []confCase {
 			}
 		}},
 		{name: "DeleteTopic fails a Publish blocked on its full partition with ErrTopicNotFound", needs: deletes, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: 2 * failureBound}))
+			b, topic := c.brokerTopic("jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: 2 * failureBound}))
 			stuck := newGate(c, false)
 			subscribe(c, topic, "stuck", "s1", stuck.handler())
 			publishValue(c, topic, "j0")
@@ -246,8 +232,7 @@ func deleteCases() []confCase {
 			c.wantIs("DeleteTopic of an unknown topic", b.DeleteTopic(c.ctx(), "nowhere"), pubsub.ErrTopicNotFound)
 		}},
 		{name: "DiscardDeadLetters removes the letters match accepts and counts them, leaves the others in order, and nil match removes all", needs: engine.DiscardDeadLetters, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			g := subscribe(c, topic, "billing", "b1", &callLog[string]{fail: func(pubsub.Message[string]) error { return pubsub.ErrPermanent }})
 			for i := range 5 {
 				publishValue(c, topic, fmt.Sprint(i))
@@ -276,8 +261,7 @@ func deleteCases() []confCase {
 			}
 		}},
 		{name: "LatestDeadLetters returns the newest n letters, newest first; 0 none, and a negative n is ErrInvalid", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			g := subscribe(c, topic, "billing", "b1", &callLog[string]{fail: func(pubsub.Message[string]) error { return pubsub.ErrPermanent }})
 			for i := range 5 {
 				publishValue(c, topic, fmt.Sprint(i))
@@ -307,8 +291,7 @@ func deleteCases() []confCase {
 			}
 		}},
 		{name: "Ping is nil while the broker runs; after Close, Ping and every lifecycle call that changes something fail with ErrClosed, and LatestDeadLetters reads or says ErrClosed", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			g := subscribe(c, topic, "billing", "b1", pubsubtest.NewRecorder[string]())
 			if err := b.Ping(c.ctx()); err != nil {
 				c.Errorf("Ping on a running broker: got %v, want nil", err)

@@ -5,10 +5,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/logbus/logbus/codec"
@@ -20,8 +18,7 @@ import (
 func orderingCases() []confCase {
 	return []confCase{
 		{name: "records with equal keys share a partition and reach every group in publish order", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(4))
+			b, topic := c.brokerTopic("orders", pubsub.WithPartitions(4))
 			billing, audit := pubsubtest.NewRecorder[string](), pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "billing", "b1", billing)
 			subscribe(c, topic, "billing", "b2", billing)
@@ -56,27 +53,21 @@ func orderingCases() []confCase {
 		}},
 		{name: "offsets in a partition are consecutive from 0 and a group's handler sees them in order, one at a time", run: func(c *conf) {
 			const parts = 3
-			b := c.broker()
-			topic := c.topic(b, "events", pubsub.WithPartitions(parts), pubsub.WithPartitioner(pubsub.RoundRobin()))
+			b, topic := c.brokerTopic("events", pubsub.WithPartitions(parts), pubsub.WithPartitioner(pubsub.RoundRobin()))
 			var (
-				mu       sync.Mutex
-				seen     [parts][]int64
-				busy     [parts]atomic.Int32
-				overlaps atomic.Int32
+				mu   sync.Mutex
+				seen [parts][]int64
 			)
+			ov := newOverlaps(parts)
 			subscribe(c, topic, "g", "c1", pubsub.HandlerFunc[string](func(_ context.Context, m pubsub.Message[string]) error {
 				if m.Partition < 0 || m.Partition >= parts {
 					c.Errorf("delivery from partition %d of a %d-partition topic", m.Partition, parts)
 					return nil
 				}
-				if busy[m.Partition].Add(1) != 1 {
-					overlaps.Add(1)
-				}
-				runtime.Gosched() // give an overlapping call the chance to show
+				defer ov.enter(m.Partition)()
 				mu.Lock()
 				seen[m.Partition] = append(seen[m.Partition], m.Offset)
 				mu.Unlock()
-				busy[m.Partition].Add(-1)
 				return nil
 			}))
 			var next [parts]int64
@@ -91,9 +82,7 @@ func orderingCases() []confCase {
 				next[pos.Partition] = pos.Offset + 1
 			}
 			c.drain(b)
-			if n := overlaps.Load(); n != 0 {
-				c.Errorf("%d handler calls overlapped another of the same partition, want none", n)
-			}
+			ov.check(c, "handler calls")
 			mu.Lock()
 			defer mu.Unlock()
 			for p := range parts {
@@ -116,9 +105,7 @@ func orderingCases() []confCase {
 				return nil
 			}}
 			subscribe(c, topic, "billing", "b1", log)
-			for _, v := range []string{"a", "b", "c"} {
-				publishValue(c, topic, v)
-			}
+			publishValues(c, topic, "a", "b", "c")
 			c.drain(b)
 			calls := log.all()
 			if got, want := values(calls), []string{"a", "a", "a", "b", "c"}; !slices.Equal(got, want) {
@@ -129,8 +116,7 @@ func orderingCases() []confCase {
 			}
 		}},
 		{name: "KeyHash sends a key to CRC-32 of its bytes modulo the partitions and spreads keyless records round robin", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(3))
+			_, topic := c.brokerTopic("orders", pubsub.WithPartitions(3))
 			for _, k := range []string{"alice", "bob", "carol", "dave", "", "zoë"} {
 				if pos := publish(c, topic, k, "v"); pos.Partition != keyPartition(k, 3) {
 					c.Errorf("key %q: got partition %d, want %d (CRC-32 mod 3)", k, pos.Partition, keyPartition(k, 3))
@@ -145,8 +131,7 @@ func orderingCases() []confCase {
 			}
 		}},
 		{name: "RoundRobin spreads records over the partitions in turn and ignores their keys", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(3), pubsub.WithPartitioner(pubsub.RoundRobin()))
+			_, topic := c.brokerTopic("orders", pubsub.WithPartitions(3), pubsub.WithPartitioner(pubsub.RoundRobin()))
 			var parts []int
 			for range 4 {
 				parts = append(parts, publish(c, topic, "same-key", "v").Partition)
@@ -159,8 +144,7 @@ func orderingCases() []confCase {
 			}
 		}},
 		{name: "Sticky(n) hashes keyed records and sends n keyless records to one partition before moving on", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(3), pubsub.WithPartitioner(pubsub.Sticky(2)))
+			_, topic := c.brokerTopic("orders", pubsub.WithPartitions(3), pubsub.WithPartitioner(pubsub.Sticky(2)))
 			var parts []int
 			for range 6 {
 				parts = append(parts, publishValue(c, topic, "keyless").Partition)
@@ -173,8 +157,7 @@ func orderingCases() []confCase {
 			}
 		}},
 		{name: "PublishBatch routes and orders records like one Publish each", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(3))
+			b, topic := c.brokerTopic("orders", pubsub.WithPartitions(3))
 			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "billing", "b1", rec)
 			var entries []pubsub.Entry[string, string]
@@ -210,8 +193,7 @@ func orderingCases() []confCase {
 func groupCases() []confCase {
 	return []confCase{
 		{name: "every group sees every record once", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(4))
+			b, topic := c.brokerTopic("orders", pubsub.WithPartitions(4))
 			recs := map[string]*pubsubtest.Recorder[string]{}
 			for _, g := range []string{"billing", "audit", "search"} {
 				recs[g] = pubsubtest.NewRecorder[string]()
@@ -234,8 +216,7 @@ func groupCases() []confCase {
 			}
 		}},
 		{name: "inside a group each record goes to one consumer, the owner of its partition", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(4))
+			b, topic := c.brokerTopic("orders", pubsub.WithPartitions(4))
 			type call struct {
 				consumer  string
 				partition int
@@ -278,8 +259,7 @@ func groupCases() []confCase {
 		}},
 		{name: "partitions are dealt out evenly and a rebalance moves only the partitions it must", run: func(c *conf) {
 			const parts = 5
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(parts))
+			_, topic := c.brokerTopic("orders", pubsub.WithPartitions(parts))
 			nop := pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil })
 			var g *pubsub.Group[string]
 			var members []string
@@ -336,25 +316,19 @@ func groupCases() []confCase {
 		}},
 		{name: "no two consumers of a group hold one partition's deliveries at once, and a rebalance redelivers nothing", run: func(c *conf) {
 			const parts = 4
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(parts))
+			b, topic := c.brokerTopic("orders", pubsub.WithPartitions(parts))
 			var (
-				busy     [parts]atomic.Int32
-				overlaps atomic.Int32
-				mu       sync.Mutex
-				handled  = map[string]int{}
-				byKey    = map[string][]string{}
+				mu      sync.Mutex
+				handled = map[string]int{}
+				byKey   = map[string][]string{}
 			)
+			ov := newOverlaps(parts)
 			h := pubsub.HandlerFunc[string](func(_ context.Context, m pubsub.Message[string]) error {
-				if busy[m.Partition].Add(1) != 1 {
-					overlaps.Add(1)
-				}
-				runtime.Gosched()
+				defer ov.enter(m.Partition)()
 				mu.Lock()
 				handled[m.Value]++
 				byKey[string(m.Key)] = append(byKey[string(m.Key)], m.Value)
 				mu.Unlock()
-				busy[m.Partition].Add(-1)
 				return nil
 			})
 			g := subscribe(c, topic, "billing", "c1", h)
@@ -378,9 +352,7 @@ func groupCases() []confCase {
 				publishSome()
 			}
 			c.drain(b)
-			if k := overlaps.Load(); k != 0 {
-				c.Errorf("%d deliveries overlapped another of the same partition, want none", k)
-			}
+			ov.check(c, "deliveries")
 			mu.Lock()
 			defer mu.Unlock()
 			for i := range n {
@@ -395,8 +367,7 @@ func groupCases() []confCase {
 			}
 		}},
 		{name: "Subscribe to an existing group returns the same Group, and so does Stream.Group", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			_, topic := c.brokerTopic("orders")
 			g1 := subscribe(c, topic, "billing", "b1", pubsubtest.NewRecorder[string]())
 			g2 := subscribe(c, topic, "billing", "b2", pubsubtest.NewRecorder[string]())
 			s := stream(c, topic, "billing", "b3")
@@ -468,13 +439,10 @@ func deliveryCases() []confCase {
 				}
 				ids[calls[0].ID] = i
 			}
-			if got, want := g.Stats(), (pubsub.GroupStats{Delivered: n, Retried: int64(retried)}); got != want {
-				c.Errorf("stats: got %+v, want %+v", got, want)
-			}
+			wantGroupStats(c, g, pubsub.GroupStats{Delivered: n, Retried: int64(retried)})
 		}},
 		{name: "a Message carries its topic, partition, offset, key, value, headers and Attempt 1", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(2))
+			b, topic := c.brokerTopic("orders", pubsub.WithPartitions(2))
 			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "billing", "b1", rec)
 			headers := map[string]string{"trace": "abc", "tenant": "t1"}
@@ -506,8 +474,7 @@ func deliveryCases() []confCase {
 			}
 		}},
 		{name: "a handler changing its Message changes nothing for another group", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "vandal", "v1", pubsub.HandlerFunc[string](func(_ context.Context, m pubsub.Message[string]) error {
 				if len(m.Key) > 0 {
@@ -565,9 +532,7 @@ func deliveryCases() []confCase {
 			topic := c.topic(b, "orders")
 			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "billing", "b1", rec)
-			for _, v := range []string{"a", "b", "c"} {
-				publishValue(c, topic, v)
-			}
+			publishValues(c, topic, "a", "b", "c")
 			c.drain(b)
 			var got []string
 			for _, m := range rec.Messages() {
@@ -578,9 +543,7 @@ func deliveryCases() []confCase {
 			}
 		}},
 		{name: "Message.Created is read from the broker's Clock", needs: engine.InjectedClock, run: func(c *conf) {
-			clock := pubsubtest.NewClock(clockStart)
-			b := c.broker(pubsub.WithClock(clock))
-			topic := c.topic(b, "orders")
+			clock, b, topic := c.clockedBrokerTopic("orders")
 			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "billing", "b1", rec)
 			publishValue(c, topic, "first")

@@ -99,8 +99,7 @@ func errorCases() []confCase {
 			fullGate.open()
 		}},
 		{name: "joining a group with options that differ from its own is ErrSubscription, and the group keeps its own", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			_, topic := c.brokerTopic("orders")
 			nop := pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil })
 			retry := pubsub.WithGroupRetry(pubsub.RetryPolicy{MaxAttempts: 2})
 			g := subscribe(c, topic, "billing", "b1", nop, pubsub.StartAt(pubsub.Latest()), retry)
@@ -126,8 +125,7 @@ func errorCases() []confCase {
 			}
 		}},
 		{name: "a bad Subscribe or Stream is ErrSubscription or ErrInvalid and creates nothing", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			publishValue(c, topic, "x")
 			nop := pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error { return nil })
 			for _, tc := range []struct {
@@ -181,8 +179,7 @@ func errorCases() []confCase {
 			}
 		}},
 		{name: "NewTopic refuses a taken name with ErrTopicExists, whatever the types, and an impossible shape with ErrInvalid", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(2))
+			b, topic := c.brokerTopic("orders", pubsub.WithPartitions(2))
 			if other, err := pubsub.NewTopic(b, "orders", codec.Int[int](), codec.Bytes()); !errors.Is(err, pubsub.ErrTopicExists) || other != nil {
 				c.Errorf("NewTopic of a taken name: got (%v, %v), want (nil, ErrTopicExists)", other, err)
 			}
@@ -290,8 +287,7 @@ func keyCases() []confCase {
 			c.wantIs("Key of 3 bytes for an 8-byte codec", err, pubsub.ErrInvalid)
 		}},
 		{name: "a key that encodes to no bytes is still a key: hashed, and delivered as an empty, non-nil Key", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(3))
+			b, topic := c.brokerTopic("orders", pubsub.WithPartitions(3))
 			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "g", "c1", rec)
 			for i := range 3 {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -104,6 +105,23 @@ func (c *conf) topic(b *pubsub.Broker, name string, opts ...pubsub.TopicOption) 
 	return newTopic(c, b, name, codec.String(), codec.String(), opts...)
 }
 
+// brokerTopic builds a broker of the engine under test and a topic of
+// string keys and values on it: the pair most cases begin with.
+func (c *conf) brokerTopic(name string, opts ...pubsub.TopicOption) (*pubsub.Broker, *pubsub.Topic[string, string]) {
+	c.Helper()
+	b := c.broker()
+	return b, c.topic(b, name, opts...)
+}
+
+// clockedBrokerTopic is brokerTopic on a broker whose Clock is a test
+// clock, starting at clockStart.
+func (c *conf) clockedBrokerTopic(name string, opts ...pubsub.TopicOption) (*pubsubtest.Clock, *pubsub.Broker, *pubsub.Topic[string, string]) {
+	c.Helper()
+	clock := pubsubtest.NewClock(clockStart)
+	b := c.broker(pubsub.WithClock(clock))
+	return clock, b, c.topic(b, name, opts...)
+}
+
 func newTopic[K, V any](c *conf, b *pubsub.Broker, name string, keys codec.Codec[K], values codec.Codec[V], opts ...pubsub.TopicOption) *pubsub.Topic[K, V] {
 	c.Helper()
 	topic, err := pubsub.NewTopic(b, name, keys, values, opts...)
@@ -129,6 +147,14 @@ func publishValue[K, V any](c *conf, topic *pubsub.Topic[K, V], value V) pubsub.
 		c.Fatalf("PublishValue(%v): %v", value, err)
 	}
 	return pos
+}
+
+// publishValues publishes each value, keyless, in order.
+func publishValues[K, V any](c *conf, topic *pubsub.Topic[K, V], values ...V) {
+	c.Helper()
+	for _, v := range values {
+		publishValue(c, topic, v)
+	}
 }
 
 func subscribe[K, V any](c *conf, topic *pubsub.Topic[K, V], group, consumer string, h pubsub.Handler[V], opts ...pubsub.SubscribeOption) *pubsub.Group[V] {
@@ -392,3 +418,174 @@ func contains(err error, parts ...string) bool {
 
 // clockStart is the start of an injected clock's time.
 var clockStart = time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+
+// published is the outcome of a publish made by publishLater.
+type published struct {
+	pos pubsub.Position
+	err error
+}
+
+// publishLater publishes value to topic on a goroutine of its own, bounded
+// by the subtest's context: the channel gets the outcome.
+func publishLater(c *conf, topic *pubsub.Topic[string, string], value string) <-chan published {
+	out := make(chan published, 1)
+	go func() { // exits when the publish returns
+		pos, err := topic.PublishValue(c.ctx(), value)
+		out <- published{pos, err}
+	}()
+	return out
+}
+
+// gatedLog subscribes billing/b1 to topic with a handler that logs every
+// call and waits at a gate, then publishes a and b: the delivery of a
+// waits at the gate, b behind it.
+func gatedLog(c *conf, topic *pubsub.Topic[string, string]) (*gate, *callLog[string], *pubsub.Group[string]) {
+	c.Helper()
+	gt := newGate(c, false)
+	h := gt.handler()
+	log := &callLog[string]{fail: func(m pubsub.Message[string]) error { return h(context.Background(), m) }}
+	g := subscribe(c, topic, "billing", "b1", log)
+	publishValue(c, topic, "a")
+	publishValue(c, topic, "b")
+	return gt, log, g
+}
+
+// waitsForInFlight checks that call, what, made while a delivery waits at
+// gt, returns only once that delivery has, and returns nil: it has not
+// returned when everything else has settled, and gt's handler had
+// returned when it did.
+func waitsForInFlight(c *conf, gt *gate, what string, call func() error) {
+	c.Helper()
+	done := make(chan error, 1)
+	go func() { done <- call() }() // exits when call returns
+	c.settle()
+	select {
+	case err := <-done:
+		c.Fatalf("%s returned %v while a delivery was in flight, want it to wait", what, err)
+	default:
+	}
+	gt.open()
+	if err := <-done; err != nil {
+		c.Fatalf("%s: %v", what, err)
+	}
+	select {
+	case <-gt.returned:
+	default:
+		c.Errorf("%s returned before the delivery in flight had", what)
+	}
+}
+
+// pausedWithLag subscribes billing/b1 to topic with a recorder, which gets
+// a; then it pauses the group and publishes b and c, which wait.
+func pausedWithLag(c *conf, b *pubsub.Broker, topic *pubsub.Topic[string, string]) (*pubsubtest.Recorder[string], *pubsub.Group[string]) {
+	c.Helper()
+	rec := pubsubtest.NewRecorder[string]()
+	g := subscribe(c, topic, "billing", "b1", rec)
+	publishValue(c, topic, "a")
+	c.drain(b)
+	if err := g.Pause(c.ctx()); err != nil {
+		c.Fatalf("Pause: %v", err)
+	}
+	publishValue(c, topic, "b")
+	publishValue(c, topic, "c")
+	return rec, g
+}
+
+// wantGroupStats fails the subtest unless g's Stats are want.
+func wantGroupStats[V any](c *conf, g *pubsub.Group[V], want pubsub.GroupStats) {
+	c.Helper()
+	if got := g.Stats(); got != want {
+		c.Errorf("stats: got %+v, want %+v", got, want)
+	}
+}
+
+// wantUnfinished fails the subtest unless err, Close's, is a
+// *pubsub.ShutdownError that lists want.
+func wantUnfinished(c *conf, err error, want ...pubsub.Unfinished) {
+	c.Helper()
+	se, ok := errors.AsType[*pubsub.ShutdownError](err)
+	if !ok {
+		c.Fatalf("Close: got %T (%v), want a *pubsub.ShutdownError", err, err)
+	}
+	if !slices.Equal(se.Unfinished, want) {
+		c.Errorf("Unfinished: got %+v, want %+v", se.Unfinished, want)
+	}
+}
+
+// lateCommittedNothing checks, once a handler Close gave up on has
+// returned, that its deliveries committed nothing, and (in a bubble, where
+// the engine has settled) were not counted Delivered.
+func lateCommittedNothing[V any](c *conf, g *pubsub.Group[V], what string) {
+	c.Helper()
+	c.settle()
+	if got := g.Committed(0); got != 0 {
+		c.Errorf("the late %s committed: Committed(0) %d, want 0", what, got)
+	}
+	if c.bubble { // in real time the engine may still be taking the acks back
+		if got := g.Stats().Delivered; got != 0 {
+			c.Errorf("the late %s's acks counted: Delivered %d, want 0", what, got)
+		}
+	}
+}
+
+// subscribeLate subscribes a group created now, late/l1, to topic with a
+// recorder, and drains b: the recorder has what the topic still held.
+func subscribeLate(c *conf, b *pubsub.Broker, topic *pubsub.Topic[string, string]) (*pubsubtest.Recorder[string], *pubsub.Group[string]) {
+	c.Helper()
+	late := pubsubtest.NewRecorder[string]()
+	g := subscribe(c, topic, "late", "l1", late)
+	c.drain(b)
+	return late, g
+}
+
+// overlaps counts the handler calls that overlap another of the same
+// partition.
+type overlaps struct {
+	busy []atomic.Int32 // calls running, by partition
+	n    atomic.Int32
+}
+
+func newOverlaps(parts int) *overlaps { return &overlaps{busy: make([]atomic.Int32, parts)} }
+
+// enter marks a call of partition p begun, counting an overlap, and
+// yields to give an overlapping call the chance to show; the returned
+// func marks it ended.
+func (o *overlaps) enter(p int) (leave func()) {
+	if o.busy[p].Add(1) != 1 {
+		o.n.Add(1)
+	}
+	runtime.Gosched()
+	return func() { o.busy[p].Add(-1) }
+}
+
+// check fails the subtest when any of the calls, what, overlapped.
+func (o *overlaps) check(c *conf, what string) {
+	c.Helper()
+	if n := o.n.Load(); n != 0 {
+		c.Errorf("%d %s overlapped another of the same partition, want none", n, what)
+	}
+}
+
+// callTimes records when each handler call began, as the time since it
+// was made: virtual time, in a bubble.
+type callTimes struct {
+	start time.Time
+	mu    sync.Mutex
+	at    []time.Duration
+}
+
+func newCallTimes() *callTimes { return &callTimes{start: time.Now()} }
+
+// mark records a call beginning now.
+func (ct *callTimes) mark() {
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	ct.at = append(ct.at, time.Since(ct.start))
+}
+
+// all returns the calls' times, in order.
+func (ct *callTimes) all() []time.Duration {
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	return slices.Clone(ct.at)
+}

@@ -88,6 +88,31 @@ func (l *keyLog) await(c *conf, what string, cond func(l *keyLog) bool) {
 	}
 }
 
+// meeting is a barrier for n calls of a keyLog's handler: each that
+// arrives waits until n run at once (full closes then), or the subtest's
+// bound ends.
+type meeting struct {
+	n    int
+	full chan struct{}
+	once sync.Once
+}
+
+func newMeeting(n int) *meeting { return &meeting{n: n, full: make(chan struct{})} }
+
+// arrive is called by a handler of log: it closes full once n of log's
+// calls run at once, and waits for it.
+func (mt *meeting) arrive(c *conf, log *keyLog) {
+	log.mu.Lock()
+	if log.running == mt.n {
+		mt.once.Do(func() { close(mt.full) })
+	}
+	log.mu.Unlock()
+	select {
+	case <-mt.full:
+	case <-c.ctx().Done():
+	}
+}
+
 // snapshot returns what the log saw so far.
 func (l *keyLog) snapshot() (began, acked []pubsub.Message[string], peak int, overlaps []string) {
 	l.mu.Lock()
@@ -237,22 +262,12 @@ func keyConcurrencyCases() []confCase {
 	return []confCase{
 		{name: "WithKeyConcurrency runs up to n deliveries of a partition at once, never two of one key, each key in order", needs: engine.KeyConcurrency, run: func(c *conf) {
 			const n = 4
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			full := make(chan struct{})
-			var once sync.Once
+			b, topic := c.brokerTopic("orders")
+			mt := newMeeting(n)
 			var log *keyLog
 			log = newKeyLog(func(_ context.Context, m pubsub.Message[string]) error {
 				if m.Offset < n { // the first n records, of n keys, meet: n run at once or none returns
-					log.mu.Lock()
-					if log.running == n {
-						once.Do(func() { close(full) })
-					}
-					log.mu.Unlock()
-					select {
-					case <-full:
-					case <-c.ctx().Done():
-					}
+					mt.arrive(c, log)
 				}
 				if m.Offset == 0 {
 					// k0-0 returns only once the two first rounds of the
@@ -265,7 +280,7 @@ func keyConcurrencyCases() []confCase {
 			g := subscribe(c, topic, "billing", "b1", log, pubsub.WithKeyConcurrency(n))
 			recs := spread(8, 5)
 			publishKeyed(c, topic, recs)
-			c.wait(fmt.Sprintf("%d deliveries of the partition at once", n), full)
+			c.wait(fmt.Sprintf("%d deliveries of the partition at once", n), mt.full)
 			c.drain(b)
 			log.checkKeys(c, recs)
 			if _, _, peak, _ := log.snapshot(); peak != n {
@@ -274,42 +289,29 @@ func keyConcurrencyCases() []confCase {
 			if got, want := g.Committed(0), int64(len(recs)); got != want {
 				c.Errorf("Committed(0): got %d, want %d", got, want)
 			}
-			if got, want := g.Stats(), (pubsub.GroupStats{Delivered: int64(len(recs))}); got != want {
-				c.Errorf("stats: got %+v, want %+v", got, want)
-			}
+			wantGroupStats(c, g, pubsub.GroupStats{Delivered: int64(len(recs))})
 		}},
 		{name: "keyless records each count as a key of their own, and run at once", needs: engine.KeyConcurrency, run: func(c *conf) {
 			const n = 3
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			full := make(chan struct{})
-			var once sync.Once
+			b, topic := c.brokerTopic("orders")
+			mt := newMeeting(n)
 			var log *keyLog
 			log = newKeyLog(func(context.Context, pubsub.Message[string]) error {
-				log.mu.Lock()
-				if log.running == n {
-					once.Do(func() { close(full) })
-				}
-				log.mu.Unlock()
-				select {
-				case <-full:
-				case <-c.ctx().Done():
-				}
+				mt.arrive(c, log)
 				return nil
 			})
 			subscribe(c, topic, "billing", "b1", log, pubsub.WithKeyConcurrency(n))
 			for i := range 2 * n {
 				publishValue(c, topic, fmt.Sprint(i))
 			}
-			c.wait(fmt.Sprintf("%d keyless deliveries at once", n), full)
+			c.wait(fmt.Sprintf("%d keyless deliveries at once", n), mt.full)
 			c.drain(b)
 			if _, acked, _, _ := log.snapshot(); len(acked) != 2*n {
 				c.Errorf("acked %d records, want %d", len(acked), 2*n)
 			}
 		}},
 		{name: "a record waiting out a retry holds back only its key: other keys flow, its key's next record waits for it", needs: engine.KeyConcurrency, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			log := newKeyLog(func(_ context.Context, m pubsub.Message[string]) error {
 				if m.Value == "bad-1" && m.Attempt == 1 {
 					return errBoom
@@ -351,13 +353,10 @@ func keyConcurrencyCases() []confCase {
 				c.Errorf("key bad saw %q, want %q", bad, want)
 			}
 			log.checkKeys(c, recs)
-			if got, want := g.Stats(), (pubsub.GroupStats{Delivered: 8, Retried: 1}); got != want {
-				c.Errorf("stats: got %+v, want %+v", got, want)
-			}
+			wantGroupStats(c, g, pubsub.GroupStats{Delivered: 8, Retried: 1})
 		}},
 		{name: "a dead-lettered record settles its key, and the key's next record follows", needs: engine.KeyConcurrency, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			log := newKeyLog(func(_ context.Context, m pubsub.Message[string]) error {
 				if m.Value == "poison" {
 					return fmt.Errorf("no: %w", pubsub.ErrPermanent)
@@ -392,8 +391,7 @@ func keyConcurrencyCases() []confCase {
 		}},
 		{name: "Pause waits for every delivery in flight, none begins after it, and Resume redelivers nothing that settled", needs: engine.KeyConcurrency, run: func(c *conf) {
 			const n = 3
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			gt := newGate(c, false)
 			// bad fails first, and waits out its backoff while the others
 			// are acked: the committed offset stays at it, below them.
@@ -437,8 +435,7 @@ func keyConcurrencyCases() []confCase {
 			log.checkKeys(c, recs)
 		}},
 		{name: "a consumer leaving with deliveries in flight hands its partition over once they end, and nothing settled is delivered again", needs: engine.KeyConcurrency, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			gate := make(chan struct{})
 			var once sync.Once
 			release := func() { once.Do(func() { close(gate) }) }
@@ -521,8 +518,7 @@ func keyConcurrencyCases() []confCase {
 		}},
 		{name: "a Stream of a group with WithKeyConcurrency(n) holds up to n deliveries of a partition at once, each acked on its own", needs: engine.KeyConcurrency, run: func(c *conf) {
 			const n = 3
-			b := c.broker()
-			topic := c.topic(b, "tasks")
+			b, topic := c.brokerTopic("tasks")
 			s := stream(c, topic, "workers", "w1", pubsub.WithKeyConcurrency(n))
 			recs := spread(6, 1)
 			publishKeyed(c, topic, recs)
@@ -583,8 +579,7 @@ func keyConcurrencyCases() []confCase {
 			c.drain(h.b)
 		}},
 		{name: "WithKeyConcurrency(1) is the default, another n is ErrSubscription, and bad values and batch consumers are ErrInvalid", needs: engine.KeyConcurrency, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			_, topic := c.brokerTopic("orders")
 			h := newKeyLog(nil)
 			subscribe(c, topic, "plain", "c1", h)
 			subscribe(c, topic, "plain", "c2", h, pubsub.WithKeyConcurrency(1))

@@ -17,8 +17,7 @@ import (
 func drainCases() []confCase {
 	return []confCase{
 		{name: "Drain returns nil once every group has committed everything published before it", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(3))
+			b, topic := c.brokerTopic("orders", pubsub.WithPartitions(3))
 			var groups []*pubsub.Group[string]
 			for _, name := range []string{"billing", "audit"} {
 				groups = append(groups, subscribe(c, topic, name, name+"-1", pubsubtest.NewRecorder[string]()))
@@ -46,8 +45,7 @@ func drainCases() []confCase {
 			}
 		}},
 		{name: "Drain returns ErrStalled at once naming a paused group with lag, and ignores one without lag", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			rec := pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "billing", "b1", rec)
 			subscribe(c, topic, "audit", "a1", pubsubtest.NewRecorder[string]())
@@ -77,8 +75,7 @@ func drainCases() []confCase {
 			}
 		}},
 		{name: "Drain returns ErrStalled at once naming a group whose consumers all left", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			g := subscribe(c, topic, "billing", "b1", pubsubtest.NewRecorder[string]())
 			if err := g.Leave(c.ctx(), "b1"); err != nil {
 				c.Fatalf("Leave: %v", err)
@@ -97,8 +94,7 @@ func drainCases() []confCase {
 			}
 		}},
 		{name: "Drain ends with its context, wrapping the context's error and naming the group left behind", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			gt := newGate(c, false)
 			subscribe(c, topic, "billing", "b1", gt.handler())
 			publishValue(c, topic, "a")
@@ -143,8 +139,7 @@ func closeCases() []confCase {
 			}
 		}},
 		{name: "after Close every call that adds work fails with ErrClosed, and the reads keep working", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			rec := pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "billing", "b1", rec)
 			publishValue(c, topic, "before")
@@ -185,8 +180,7 @@ func closeCases() []confCase {
 			}
 		}},
 		{name: "Close fails a producer blocked on a full partition with ErrClosed", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: failureBound}))
+			b, topic := c.brokerTopic("jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: failureBound}))
 			gt := newGate(c, false)
 			subscribe(c, topic, "stuck", "s1", gt.handler())
 			publishValue(c, topic, "j1")
@@ -207,8 +201,7 @@ func closeCases() []confCase {
 			}
 		}},
 		{name: "a Close whose context ends returns a ShutdownError naming each partition left, and cancels the handlers' context", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			gt := newGate(c, true)
 			g := subscribe(c, topic, "billing", "b1", gt.handler())
 			publishValue(c, topic, "stuck")
@@ -242,39 +235,22 @@ func closeCases() []confCase {
 			}
 		}},
 		{name: "a handler still running when Close gives up is reported Running, and commits nothing when it returns", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			gt := newGate(c, false)
 			g := subscribe(c, topic, "billing", "b1", gt.handler())
 			publishValue(c, topic, "o1")
 			c.wait("the delivery of o1", gt.entered)
 			err := b.Close(c.within(shortWait))
-			se, ok := errors.AsType[*pubsub.ShutdownError](err)
-			if !ok {
-				c.Fatalf("Close: got %T (%v), want a *pubsub.ShutdownError", err, err)
-			}
-			want := []pubsub.Unfinished{{Group: "billing", Topic: "orders", Partition: 0, Committed: 0, End: 1, Running: true}}
-			if !slices.Equal(se.Unfinished, want) {
-				c.Errorf("Unfinished: got %+v, want %+v", se.Unfinished, want)
-			}
+			wantUnfinished(c, err, []pubsub.Unfinished{{Group: "billing", Topic: "orders", Partition: 0, Committed: 0, End: 1, Running: true}}...)
 			if s := b.State(); s != pubsub.Stopped {
 				c.Errorf("state after Close: got %v, want %v", s, pubsub.Stopped)
 			}
 			gt.open()
 			c.wait("the handler's return", gt.returned)
-			c.settle()
-			if got := g.Committed(0); got != 0 {
-				c.Errorf("the late handler committed: Committed(0) %d, want 0", got)
-			}
-			if c.bubble { // in real time the engine may still be taking the ack back
-				if got := g.Stats().Delivered; got != 0 {
-					c.Errorf("the late handler's ack counted: Delivered %d, want 0 (not delivered)", got)
-				}
-			}
+			lateCommittedNothing(c, g, "handler")
 		}},
 		{name: "Close returns by its deadline plus 10ms even if a handler ignores its context, and the broker is Draining meanwhile", needs: engine.VirtualTime, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			gt := newGate(c, false)
 			subscribe(c, topic, "ignores", "i1", gt.handler())
 			// A handler that honours its context: cancelled when Close's
@@ -304,49 +280,25 @@ func closeCases() []confCase {
 			if cancelledAfter != 100*time.Millisecond {
 				c.Errorf("the handlers' context ended %v after Close began, want when Close's did, after 100ms", cancelledAfter)
 			}
-			se, ok := errors.AsType[*pubsub.ShutdownError](err)
-			if !ok {
-				c.Fatalf("Close: got %v, want a *pubsub.ShutdownError", err)
-			}
-			want := []pubsub.Unfinished{
-				{Group: "honours", Topic: "orders", Partition: 0, Committed: 0, End: 1},
-				{Group: "ignores", Topic: "orders", Partition: 0, Committed: 0, End: 1, Running: true},
-			}
-			if !slices.Equal(se.Unfinished, want) {
-				c.Errorf("Unfinished: got %+v, want %+v", se.Unfinished, want)
-			}
+			wantUnfinished(c, err,
+				pubsub.Unfinished{Group: "honours", Topic: "orders", Partition: 0, Committed: 0, End: 1},
+				pubsub.Unfinished{Group: "ignores", Topic: "orders", Partition: 0, Committed: 0, End: 1, Running: true})
 			gt.open()
 		}},
 		{name: "Close with a paused group returns at once a ShutdownError wrapping ErrStalled", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			rec := pubsubtest.NewRecorder[string]()
-			g := subscribe(c, topic, "billing", "b1", rec)
-			publishValue(c, topic, "a")
-			c.drain(b)
-			if err := g.Pause(c.ctx()); err != nil {
-				c.Fatalf("Pause: %v", err)
-			}
-			publishValue(c, topic, "b")
-			publishValue(c, topic, "c")
+			b, topic := c.brokerTopic("orders")
+			rec, _ := pausedWithLag(c, b, topic)
 			err := b.Close(c.ctx())
-			se, ok := errors.AsType[*pubsub.ShutdownError](err)
-			if !ok {
-				c.Fatalf("Close: got %T (%v), want a *pubsub.ShutdownError", err, err)
-			}
+			wantUnfinished(c, err, pubsub.Unfinished{Group: "billing", Topic: "orders", Partition: 0, Committed: 1, End: 3})
 			if !errors.Is(err, pubsub.ErrStalled) || errors.Is(err, context.DeadlineExceeded) {
 				c.Errorf("Close: got %v, want it to wrap ErrStalled, at once", err)
-			}
-			if want := []pubsub.Unfinished{{Group: "billing", Topic: "orders", Partition: 0, Committed: 1, End: 3}}; !slices.Equal(se.Unfinished, want) {
-				c.Errorf("Unfinished: got %+v, want %+v", se.Unfinished, want)
 			}
 			if got := rec.Values(); !slices.Equal(got, []string{"a"}) {
 				c.Errorf("delivered %q, want [a]", got)
 			}
 		}},
 		{name: "a later Close whose context ends first returns its context's error, and the first goes on draining", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			gt := newGate(c, false)
 			subscribe(c, topic, "billing", "b1", gt.handler())
 			publishValue(c, topic, "o1")
@@ -384,8 +336,7 @@ func closeCases() []confCase {
 			}
 		}},
 		{name: "Close is idempotent and safe to call concurrently: every call returns the first one's result", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			g := subscribe(c, topic, "billing", "b1", pubsubtest.NewRecorder[string]())
 			if err := g.Pause(c.ctx()); err != nil {
 				c.Fatalf("Pause: %v", err)

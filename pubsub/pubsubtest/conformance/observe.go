@@ -57,8 +57,7 @@ func observeCases() []confCase {
 			c.drain(b)
 		}},
 		{name: "Snapshot shows the delivery in flight, its attempt and the lag in time", needs: engine.Snapshots, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			started, release := make(chan struct{}), make(chan struct{})
 			subscribe(c, topic, "billing", "b1", pubsub.HandlerFunc[string](func(_ context.Context, m pubsub.Message[string]) error {
 				if m.Attempt == 1 {
@@ -128,8 +127,7 @@ func observeCases() []confCase {
 			}
 		}},
 		{name: "Redrive delivers a dead letter again, to its group only, attempts from 1", needs: engine.Redrive, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			var mu sync.Mutex
 			fixed := false
 			billing := &callLog[string]{fail: func(pubsub.Message[string]) error {

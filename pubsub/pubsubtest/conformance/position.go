@@ -46,8 +46,7 @@ func startCases() []confCase {
 			}
 		}},
 		{name: "StartAt(Latest) delivers only the records published after the group was created", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "events")
+			b, topic := c.brokerTopic("events")
 			for i := range 3 {
 				publishValue(c, topic, fmt.Sprint("v", i))
 			}
@@ -97,9 +96,7 @@ func startCases() []confCase {
 			}
 		}},
 		{name: "StartAt(AtTime(t)) starts at the first record created at or after t", needs: engine.InjectedClock, run: func(c *conf) {
-			clock := pubsubtest.NewClock(clockStart)
-			b := c.broker(pubsub.WithClock(clock))
-			topic := c.topic(b, "events")
+			clock, b, topic := c.clockedBrokerTopic("events")
 			for i := range 5 { // v_i created at clockStart + i seconds
 				publishValue(c, topic, fmt.Sprint("v", i))
 				clock.Advance(time.Second)
@@ -220,8 +217,7 @@ func seekCases() []confCase {
 			}
 		}},
 		{name: "a Seek during a retry backoff delivers the record again at once, with Attempt 1", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			failed := make(chan struct{})
 			log := &callLog[string]{fail: func(m pubsub.Message[string]) error {
 				select {
@@ -244,13 +240,10 @@ func seekCases() []confCase {
 			if got, want := attempts(log.all()), []int{1, 1}; !slices.Equal(got, want) {
 				c.Errorf("attempts: got %v, want %v", got, want)
 			}
-			if got, want := g.Stats(), (pubsub.GroupStats{Delivered: 1, Retried: 1}); got != want {
-				c.Errorf("stats: got %+v, want %+v", got, want)
-			}
+			wantGroupStats(c, g, pubsub.GroupStats{Delivered: 1, Retried: 1})
 		}},
 		{name: "Seek accepts offsets from the oldest retained record to the end of an existing partition, and moves nothing otherwise", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: failureBound}))
+			b, topic := c.brokerTopic("orders", pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: failureBound}))
 			for i := range 4 { // e2 and e3 stay; the end is 4
 				publishValue(c, topic, fmt.Sprint("e", i))
 			}
@@ -286,32 +279,10 @@ func seekCases() []confCase {
 			}
 		}},
 		{name: "Seek waits for the delivery in flight, which commits first", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			gt := newGate(c, false)
-			h := gt.handler()
-			log := &callLog[string]{fail: func(m pubsub.Message[string]) error { return h(context.Background(), m) }}
-			g := subscribe(c, topic, "billing", "b1", log)
-			publishValue(c, topic, "a")
-			publishValue(c, topic, "b")
+			b, topic := c.brokerTopic("orders")
+			gt, log, g := gatedLog(c, topic)
 			c.wait("the delivery of a", gt.entered)
-			sought := make(chan error, 1)
-			go func() { sought <- g.Seek(c.ctx(), 0, 0) }()
-			c.settle()
-			select {
-			case err := <-sought:
-				c.Fatalf("Seek returned %v while a delivery was in flight, want it to wait", err)
-			default:
-			}
-			gt.open()
-			if err := <-sought; err != nil {
-				c.Fatalf("Seek(0, 0): %v", err)
-			}
-			select {
-			case <-gt.returned:
-			default:
-				c.Error("Seek returned before the delivery in flight had")
-			}
+			waitsForInFlight(c, gt, "Seek", func() error { return g.Seek(c.ctx(), 0, 0) })
 			c.drain(b)
 			// In a bubble the Seek surely began while a was in flight, so b
 			// comes only after a's second delivery. In real time it may have
@@ -325,14 +296,8 @@ func seekCases() []confCase {
 			}
 		}},
 		{name: "a Seek or Replay whose context ends before the delivery in flight moves nothing", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			gt := newGate(c, false)
-			h := gt.handler()
-			log := &callLog[string]{fail: func(m pubsub.Message[string]) error { return h(context.Background(), m) }}
-			g := subscribe(c, topic, "billing", "b1", log)
-			publishValue(c, topic, "a")
-			publishValue(c, topic, "b")
+			b, topic := c.brokerTopic("orders")
+			gt, log, g := gatedLog(c, topic)
 			c.wait("the delivery of a", gt.entered)
 			err := g.Seek(c.within(shortWait), 0, 2)
 			c.wantIs("Seek with a delivery in flight past its context", err, context.DeadlineExceeded)
@@ -345,8 +310,7 @@ func seekCases() []confCase {
 			}
 		}},
 		{name: "Replay(AtOffset(n)) moves every partition to n, and the records come again with Attempt 1", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithPartitions(2), pubsub.WithPartitioner(pubsub.RoundRobin()))
+			b, topic := c.brokerTopic("orders", pubsub.WithPartitions(2), pubsub.WithPartitioner(pubsub.RoundRobin()))
 			log := &callLog[string]{}
 			g := subscribe(c, topic, "billing", "b1", log)
 			for i := range 6 {
@@ -375,8 +339,7 @@ func seekCases() []confCase {
 			}
 		}},
 		{name: "Replay(Latest) moves a paused group past its backlog", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			rec := pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "billing", "b1", rec)
 			if err := g.Pause(c.ctx()); err != nil {
@@ -404,9 +367,7 @@ func seekCases() []confCase {
 			}
 		}},
 		{name: "Replay(AtTime(t)) moves a group to the first record created at or after t", needs: engine.InjectedClock, run: func(c *conf) {
-			clock := pubsubtest.NewClock(clockStart)
-			b := c.broker(pubsub.WithClock(clock))
-			topic := c.topic(b, "events")
+			clock, b, topic := c.clockedBrokerTopic("events")
 			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "g", "c1", rec)
 			for i := range 4 {
@@ -423,8 +384,7 @@ func seekCases() []confCase {
 			}
 		}},
 		{name: "Broker.Replay moves an existing group by name, and fails for an unknown one without moving anything", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			rec := pubsubtest.NewRecorder[string]()
 			subscribe(c, topic, "billing", "b1", rec)
 			publishValue(c, topic, "a")
@@ -451,17 +411,8 @@ func seekCases() []confCase {
 func pauseCases() []confCase {
 	return []confCase{
 		{name: "a paused group delivers nothing and keeps its offsets until Resume", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			rec := pubsubtest.NewRecorder[string]()
-			g := subscribe(c, topic, "billing", "b1", rec)
-			publishValue(c, topic, "a")
-			c.drain(b)
-			if err := g.Pause(c.ctx()); err != nil {
-				c.Fatalf("Pause: %v", err)
-			}
-			publishValue(c, topic, "b")
-			publishValue(c, topic, "c")
+			b, topic := c.brokerTopic("orders")
+			rec, g := pausedWithLag(c, b, topic)
 			c.settle()
 			if n, committed, lag := rec.Len(), g.Committed(0), g.Lag(); n != 1 || committed != 1 || lag != 2 {
 				c.Errorf("while paused: %d deliveries, Committed(0) %d, Lag %d; want 1, 1, 2", n, committed, lag)
@@ -475,32 +426,10 @@ func pauseCases() []confCase {
 			}
 		}},
 		{name: "Pause returns once the delivery in flight has ended, and that delivery commits", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			gt := newGate(c, false)
-			h := gt.handler()
-			log := &callLog[string]{fail: func(m pubsub.Message[string]) error { return h(context.Background(), m) }}
-			g := subscribe(c, topic, "billing", "b1", log)
-			publishValue(c, topic, "a")
-			publishValue(c, topic, "b")
+			b, topic := c.brokerTopic("orders")
+			gt, log, g := gatedLog(c, topic)
 			c.wait("the delivery of a", gt.entered)
-			paused := make(chan error, 1)
-			go func() { paused <- g.Pause(c.ctx()) }()
-			c.settle()
-			select {
-			case err := <-paused:
-				c.Fatalf("Pause returned %v while a delivery was in flight, want it to wait", err)
-			default:
-			}
-			gt.open()
-			if err := <-paused; err != nil {
-				c.Fatalf("Pause: %v", err)
-			}
-			select {
-			case <-gt.returned:
-			default:
-				c.Error("Pause returned before the delivery in flight had")
-			}
+			waitsForInFlight(c, gt, "Pause", func() error { return g.Pause(c.ctx()) })
 			// In a bubble the Pause surely began while a was in flight, so b
 			// never began. In real time it may have begun after b.
 			want := []string{"a"}
@@ -522,14 +451,8 @@ func pauseCases() []confCase {
 			}
 		}},
 		{name: "a Pause whose context ends before the delivery in flight has paused all the same", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			gt := newGate(c, false)
-			h := gt.handler()
-			log := &callLog[string]{fail: func(m pubsub.Message[string]) error { return h(context.Background(), m) }}
-			g := subscribe(c, topic, "billing", "b1", log)
-			publishValue(c, topic, "a")
-			publishValue(c, topic, "b")
+			b, topic := c.brokerTopic("orders")
+			gt, log, g := gatedLog(c, topic)
 			c.wait("the delivery of a", gt.entered)
 			err := g.Pause(c.within(shortWait))
 			c.wantIs("Pause with a delivery in flight past its context", err, context.DeadlineExceeded)
@@ -549,8 +472,7 @@ func pauseCases() []confCase {
 			}
 		}},
 		{name: "pausing one group leaves the other groups delivering", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			paused, other := pubsubtest.NewRecorder[string](), pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "paused", "p1", paused)
 			subscribe(c, topic, "other", "o1", other)

@@ -16,8 +16,7 @@ import (
 func retentionCases() []confCase {
 	return []confCase{
 		{name: "a full Block partition fails Publish with ErrBackpressure naming the group holding the oldest record, and appends nothing", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: shortWait}))
+			b, topic := c.brokerTopic("jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: shortWait}))
 			// "fast" subscribed first and commits everything, so naming the
 			// first group rather than the slowest names the wrong one.
 			fast := pubsubtest.NewRecorder[string]()
@@ -42,8 +41,7 @@ func retentionCases() []confCase {
 			c.drain(b)
 		}},
 		{name: "Block waits exactly BlockTimeout for the slowest group before ErrBackpressure", needs: engine.VirtualTime | engine.ExactBlock, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: 50 * time.Millisecond}))
+			b, topic := c.brokerTopic("jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: 50 * time.Millisecond}))
 			stuck := newGate(c, false)
 			subscribe(c, topic, "stuck", "s1", stuck.handler())
 			publishValue(c, topic, "j1")
@@ -57,8 +55,7 @@ func retentionCases() []confCase {
 			c.drain(b)
 		}},
 		{name: "a blocked Publish never waits past its context and then appends nothing", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: failureBound}))
+			b, topic := c.brokerTopic("jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: failureBound}))
 			stuck := newGate(c, false)
 			subscribe(c, topic, "stuck", "s1", stuck.handler())
 			publishValue(c, topic, "j1")
@@ -78,20 +75,11 @@ func retentionCases() []confCase {
 			c.drain(b)
 		}},
 		{name: "a Publish blocked on a full partition gets room as soon as the slowest group commits", needs: engine.ReclaimOnCommit, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: failureBound}))
+			b, topic := c.brokerTopic("jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 1, BlockTimeout: failureBound}))
 			stuck := newGate(c, false)
 			subscribe(c, topic, "stuck", "s1", stuck.handler())
 			publishValue(c, topic, "j1")
-			type result struct {
-				pos pubsub.Position
-				err error
-			}
-			published := make(chan result, 1)
-			go func() {
-				pos, err := topic.PublishValue(c.ctx(), "j2")
-				published <- result{pos, err}
-			}()
+			published := publishLater(c, topic, "j2")
 			c.settle()
 			select {
 			case r := <-published:
@@ -111,8 +99,7 @@ func retentionCases() []confCase {
 			c.accounted(st)
 		}},
 		{name: "a full partition frees the records every group has committed, and a new group starts at the oldest one retained", needs: engine.ReclaimOnCommit, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: failureBound}))
+			b, topic := c.brokerTopic("jobs", pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, BlockTimeout: failureBound}))
 			subscribe(c, topic, "one", "c1", pubsubtest.NewRecorder[string]())
 			subscribe(c, topic, "two", "c1", pubsubtest.NewRecorder[string]())
 			for i := range 10 {
@@ -124,9 +111,7 @@ func retentionCases() []confCase {
 				c.Errorf("stats: got %+v, want Published 10, Retained 2, Reclaimed 8, nothing dropped or timed out", st)
 			}
 			c.accounted(st)
-			late := pubsubtest.NewRecorder[string]()
-			g := subscribe(c, topic, "late", "l1", late)
-			c.drain(b)
+			late, g := subscribeLate(c, b, topic)
 			if got, want := late.Values(), []string{"j8", "j9"}; !slices.Equal(got, want) {
 				c.Errorf("a group created now got %q, want %q", got, want)
 			}
@@ -135,8 +120,7 @@ func retentionCases() []confCase {
 			}
 		}},
 		{name: "a full partition that no group reads trims its oldest record instead of blocking, and a late group reads the newest", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "events", pubsub.WithRetention(pubsub.Retention{MaxMessages: 4, OnFull: pubsub.Block, BlockTimeout: failureBound}))
+			b, topic := c.brokerTopic("events", pubsub.WithRetention(pubsub.Retention{MaxMessages: 4, OnFull: pubsub.Block, BlockTimeout: failureBound}))
 			for i := range 10 {
 				if _, err := topic.PublishValue(c.ctx(), fmt.Sprint("e", i)); err != nil {
 					c.Fatalf("PublishValue(e%d) with no group: got %v, want nil", i, err)
@@ -147,9 +131,7 @@ func retentionCases() []confCase {
 				c.Errorf("stats: got %+v, want Published 10, Retained 4, Dropped 6, none Blocked or TimedOut", st)
 			}
 			c.accounted(st)
-			late := pubsubtest.NewRecorder[string]()
-			g := subscribe(c, topic, "late", "l1", late)
-			c.drain(b)
+			late, g := subscribeLate(c, b, topic)
 			var offsets []int64
 			for _, m := range late.Messages() {
 				offsets = append(offsets, m.Offset)
@@ -162,8 +144,7 @@ func retentionCases() []confCase {
 			}
 		}},
 		{name: "DropOldest evicts the oldest record without waiting, counted as Dropped, and as Skipped by a group that had not read it", needs: engine.DropsOldest, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders", pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, OnFull: pubsub.DropOldest, BlockTimeout: failureBound}))
+			b, topic := c.brokerTopic("orders", pubsub.WithRetention(pubsub.Retention{MaxMessages: 2, OnFull: pubsub.DropOldest, BlockTimeout: failureBound}))
 			rec := pubsubtest.NewRecorder[string]()
 			entered, release := make(chan struct{}), make(chan struct{})
 			c.Cleanup(func() {
@@ -201,9 +182,7 @@ func retentionCases() []confCase {
 			}
 		}},
 		{name: "MaxAge trims records older than it, counted as Expired, and as Skipped by a group that had not read them", needs: engine.MaxAge | engine.InjectedClock, run: func(c *conf) {
-			clock := pubsubtest.NewClock(clockStart)
-			b := c.broker(pubsub.WithClock(clock))
-			topic := c.topic(b, "orders", pubsub.WithRetention(pubsub.Retention{MaxAge: time.Minute}))
+			clock, b, topic := c.clockedBrokerTopic("orders", pubsub.WithRetention(pubsub.Retention{MaxAge: time.Minute}))
 			rec := pubsubtest.NewRecorder[string]()
 			g := subscribe(c, topic, "billing", "b1", rec)
 			if err := g.Pause(c.ctx()); err != nil {
@@ -283,8 +262,7 @@ func retentionCases() []confCase {
 			c.drain(b)
 		}},
 		{name: "MaxBytes under DropOldest drops as many of the oldest records as a new one needs", needs: engine.MaxBytes | engine.DropsOldest, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "t", pubsub.WithRetention(pubsub.Retention{MaxBytes: 10, OnFull: pubsub.DropOldest}))
+			b, topic := c.brokerTopic("t", pubsub.WithRetention(pubsub.Retention{MaxBytes: 10, OnFull: pubsub.DropOldest}))
 			stuck := newGate(c, false)
 			subscribe(c, topic, "stuck", "s1", stuck.handler())
 			publish(c, topic, "k", "one")
@@ -297,8 +275,7 @@ func retentionCases() []confCase {
 			c.drain(b)
 		}},
 		{name: "a record larger than MaxBytes is ErrInvalid at once and appends nothing", needs: engine.MaxBytes, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "t", pubsub.WithRetention(pubsub.Retention{MaxBytes: 8, BlockTimeout: failureBound}))
+			_, topic := c.brokerTopic("t", pubsub.WithRetention(pubsub.Retention{MaxBytes: 8, BlockTimeout: failureBound}))
 			publish(c, topic, "k", "ok")
 			before := topic.Stats()
 			_, err := topic.Publish(c.ctx(), "key", "too long")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/logbus/logbus/codec"
@@ -17,17 +16,10 @@ import (
 func retryCases() []confCase {
 	return []confCase{
 		{name: "a failed delivery is retried after BaseDelay, then BaseDelay times Multiplier each time, up to MaxDelay", needs: engine.VirtualTime, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			start := time.Now()
-			var (
-				mu sync.Mutex
-				at []time.Duration
-			)
+			b, topic := c.brokerTopic("orders")
+			calls := newCallTimes()
 			log := &callLog[string]{fail: func(m pubsub.Message[string]) error {
-				mu.Lock()
-				defer mu.Unlock()
-				at = append(at, time.Since(start))
+				calls.mark()
 				if m.Value == "bad" {
 					return errBoom
 				}
@@ -38,13 +30,11 @@ func retryCases() []confCase {
 			publishValue(c, topic, "bad")
 			publishValue(c, topic, "next")
 			c.drain(b)
-			mu.Lock()
-			defer mu.Unlock()
 			// Waits of 100ms, 300ms, 500ms (900ms capped) and 500ms; "next"
 			// right after the dead letter.
 			ms := time.Millisecond
 			want := []time.Duration{0, 100 * ms, 400 * ms, 900 * ms, 1400 * ms, 1400 * ms}
-			if !slices.Equal(at, want) {
+			if at := calls.all(); !slices.Equal(at, want) {
 				c.Errorf("handler calls at %v of virtual time, want %v", at, want)
 			}
 			if got, want := attempts(log.all()), []int{1, 2, 3, 4, 5, 1}; !slices.Equal(got, want) {
@@ -55,33 +45,21 @@ func retryCases() []confCase {
 			}
 		}},
 		{name: "the default retry policy makes 3 attempts, 10ms then 20ms apart", needs: engine.VirtualTime, run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
-			start := time.Now()
-			var (
-				mu sync.Mutex
-				at []time.Duration
-			)
+			b, topic := c.brokerTopic("orders")
+			calls := newCallTimes()
 			g := subscribe(c, topic, "billing", "b1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
-				mu.Lock()
-				defer mu.Unlock()
-				at = append(at, time.Since(start))
+				calls.mark()
 				return errBoom
 			}))
 			publishValue(c, topic, "bad")
 			c.drain(b)
-			mu.Lock()
-			defer mu.Unlock()
-			if want := []time.Duration{0, 10 * time.Millisecond, 30 * time.Millisecond}; !slices.Equal(at, want) {
+			if want, at := []time.Duration{0, 10 * time.Millisecond, 30 * time.Millisecond}, calls.all(); !slices.Equal(at, want) {
 				c.Errorf("handler calls at %v of virtual time, want %v", at, want)
 			}
-			if got, want := g.Stats(), (pubsub.GroupStats{Retried: 2, DeadLettered: 1}); got != want {
-				c.Errorf("stats: got %+v, want %+v", got, want)
-			}
+			wantGroupStats(c, g, pubsub.GroupStats{Retried: 2, DeadLettered: 1})
 		}},
 		{name: "after MaxAttempts deliveries a record is dead-lettered with its attempts and last error, and the partition moves on", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			log := &callLog[string]{fail: func(m pubsub.Message[string]) error {
 				if m.Value == "bad" {
 					return fmt.Errorf("attempt %d: %w", m.Attempt, errBoom)
@@ -108,17 +86,13 @@ func retryCases() []confCase {
 			if !errors.Is(dl.Err, errBoom) || !contains(dl.Err, "attempt 3") {
 				c.Errorf("dead letter Err: got %v, want the last attempt's error", dl.Err)
 			}
-			if got, want := g.Stats(), (pubsub.GroupStats{Delivered: 1, Retried: 2, DeadLettered: 1}); got != want {
-				c.Errorf("stats: got %+v, want %+v", got, want)
-			}
+			wantGroupStats(c, g, pubsub.GroupStats{Delivered: 1, Retried: 2, DeadLettered: 1})
 			if got := g.Committed(0); got != next.Offset+1 {
 				c.Errorf("Committed(0): got %d, want %d", got, next.Offset+1)
 			}
 		}},
 		{name: "a dead letter is dated by the broker's Clock", needs: engine.InjectedClock, run: func(c *conf) {
-			clock := pubsubtest.NewClock(clockStart)
-			b := c.broker(pubsub.WithClock(clock))
-			topic := c.topic(b, "orders")
+			_, b, topic := c.clockedBrokerTopic("orders")
 			g := subscribe(c, topic, "billing", "b1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
 				return fmt.Errorf("no: %w", pubsub.ErrPermanent)
 			}))
@@ -148,13 +122,10 @@ func retryCases() []confCase {
 			if len(letters) != 1 || letters[0].Attempts != 1 || !errors.Is(letters[0].Err, pubsub.ErrPermanent) {
 				c.Errorf("dead letters: got %+v, want \"bad\" after 1 attempt, wrapping ErrPermanent", letters)
 			}
-			if got, want := g.Stats(), (pubsub.GroupStats{Delivered: 1, DeadLettered: 1}); got != want {
-				c.Errorf("stats: got %+v, want %+v", got, want)
-			}
+			wantGroupStats(c, g, pubsub.GroupStats{Delivered: 1, DeadLettered: 1})
 		}},
 		{name: "a handler panic is recovered, counts as a failed attempt and is dead-lettered as a PanicError", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			log := &callLog[string]{fail: func(m pubsub.Message[string]) error {
 				if m.Value == "boom" {
 					panic(errBoom)
@@ -180,9 +151,7 @@ func retryCases() []confCase {
 			if pe.Value != errBoom || len(pe.Stack) == 0 || !errors.Is(letters[0].Err, errBoom) {
 				c.Errorf("PanicError: got value %v and %d bytes of stack, want %v, a stack, and errors.Is to see it", pe.Value, len(pe.Stack), errBoom)
 			}
-			if got, want := g.Stats(), (pubsub.GroupStats{Delivered: 1, Retried: 1, DeadLettered: 1}); got != want {
-				c.Errorf("stats: got %+v, want %+v", got, want)
-			}
+			wantGroupStats(c, g, pubsub.GroupStats{Delivered: 1, Retried: 1, DeadLettered: 1})
 		}},
 		{name: "a value the codec cannot decode never reaches the handler and is dead-lettered at once as a DecodeError", run: func(c *conf) {
 			b := c.broker(pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 5, BaseDelay: time.Millisecond}))
@@ -215,9 +184,7 @@ func retryCases() []confCase {
 			if !errors.Is(dl.Err, pubsub.ErrPermanent) {
 				c.Errorf("dead letter Err %v: want it to wrap ErrPermanent", dl.Err)
 			}
-			if got, want := g.Stats(), (pubsub.GroupStats{Delivered: 2, DeadLettered: 1}); got != want {
-				c.Errorf("stats: got %+v, want %+v", got, want)
-			}
+			wantGroupStats(c, g, pubsub.GroupStats{Delivered: 2, DeadLettered: 1})
 		}},
 		{name: "a group's retry policy overrides the broker's", run: func(c *conf) {
 			b := c.broker(pubsub.WithRetry(pubsub.RetryPolicy{MaxAttempts: 4, BaseDelay: time.Millisecond}))
@@ -234,14 +201,11 @@ func retryCases() []confCase {
 			}
 		}},
 		{name: "the dead-letter queue keeps the newest WithDeadLetterLimit letters and counts those it evicts", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			g := subscribe(c, topic, "billing", "b1", pubsub.HandlerFunc[string](func(context.Context, pubsub.Message[string]) error {
 				return pubsub.ErrPermanent
 			}), pubsub.WithDeadLetterLimit(2))
-			for _, v := range []string{"d0", "d1", "d2"} {
-				publishValue(c, topic, v)
-			}
+			publishValues(c, topic, "d0", "d1", "d2")
 			c.drain(b)
 			var got []string
 			for _, dl := range g.DeadLetters() {
@@ -250,13 +214,10 @@ func retryCases() []confCase {
 			if want := []string{"d1", "d2"}; !slices.Equal(got, want) {
 				c.Errorf("dead letters: got %q, want %q, oldest first", got, want)
 			}
-			if got, want := g.Stats(), (pubsub.GroupStats{DeadLettered: 3, DeadLettersEvicted: 1}); got != want {
-				c.Errorf("stats: got %+v, want %+v", got, want)
-			}
+			wantGroupStats(c, g, pubsub.GroupStats{DeadLettered: 3, DeadLettersEvicted: 1})
 		}},
 		{name: "a record paused while it waits out a retry backoff continues its attempt count", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "orders")
+			b, topic := c.brokerTopic("orders")
 			failed := make(chan struct{})
 			log := &callLog[string]{fail: func(m pubsub.Message[string]) error {
 				if m.Attempt == 1 {
@@ -279,9 +240,7 @@ func retryCases() []confCase {
 			if got, want := attempts(log.all()), []int{1, 2}; !slices.Equal(got, want) {
 				c.Errorf("attempts: got %v, want %v (a pause does not start the count again)", got, want)
 			}
-			if got, want := g.Stats(), (pubsub.GroupStats{Delivered: 1, Retried: 1}); got != want {
-				c.Errorf("stats: got %+v, want %+v", got, want)
-			}
+			wantGroupStats(c, g, pubsub.GroupStats{Delivered: 1, Retried: 1})
 		}},
 	}
 }

@@ -30,8 +30,7 @@ const settledBudget = 2 * time.Second
 func streamCases() []confCase {
 	cases := []confCase{
 		{name: "a Stream hands over one delivery per partition at a time and commits its offset only when it is acked", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "tasks")
+			b, topic := c.brokerTopic("tasks")
 			s := stream(c, topic, "workers", "w1")
 			g := s.Group()
 			publishValue(c, topic, "wash")
@@ -65,12 +64,9 @@ func streamCases() []confCase {
 			}
 		}},
 		{name: "a Stream can hold deliveries of different partitions at once, each partition waiting for its own", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "tasks", pubsub.WithPartitions(2), pubsub.WithPartitioner(pubsub.RoundRobin()))
+			b, topic := c.brokerTopic("tasks", pubsub.WithPartitions(2), pubsub.WithPartitioner(pubsub.RoundRobin()))
 			s := stream(c, topic, "workers", "w1")
-			for _, v := range []string{"a-1", "b-1", "a-2", "b-2"} {
-				publishValue(c, topic, v)
-			}
+			publishValues(c, topic, "a-1", "b-1", "a-2", "b-2")
 			held := map[int]*pubsub.Delivery[string]{}
 			for range 2 {
 				d := recv(c, s)
@@ -98,8 +94,7 @@ func streamCases() []confCase {
 			}
 		}},
 		{name: "Nack retries a delivery with Attempt counting up, then dead-letters it", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "tasks")
+			b, topic := c.brokerTopic("tasks")
 			s := stream(c, topic, "workers", "w1", pubsub.WithGroupRetry(pubsub.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond}))
 			g := s.Group()
 			publishValue(c, topic, "job")
@@ -123,16 +118,13 @@ func streamCases() []confCase {
 			if dl := g.DeadLetters(); len(dl) != 1 || dl[0].Attempts != 2 || dl[0].Message.Value != "job" || !errors.Is(dl[0].Err, errBoom) {
 				c.Errorf("dead letters: got %+v, want job after 2 attempts, wrapping the Nack's error", dl)
 			}
-			if got, want := g.Stats(), (pubsub.GroupStats{Delivered: 1, Retried: 1, DeadLettered: 1}); got != want {
-				c.Errorf("stats: got %+v, want %+v", got, want)
-			}
+			wantGroupStats(c, g, pubsub.GroupStats{Delivered: 1, Retried: 1, DeadLettered: 1})
 			if err := s.Close(); err != nil {
 				c.Errorf("Stream.Close: %v", err)
 			}
 		}},
 		{name: "Nack with an error wrapping ErrPermanent dead-letters the delivery at once", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "tasks")
+			b, topic := c.brokerTopic("tasks")
 			s := stream(c, topic, "workers", "w1", pubsub.WithGroupRetry(pubsub.RetryPolicy{MaxAttempts: 5, BaseDelay: failureBound}))
 			g := s.Group()
 			publishValue(c, topic, "job")
@@ -147,9 +139,7 @@ func streamCases() []confCase {
 			if dl := g.DeadLetters(); len(dl) != 1 || dl[0].Attempts != 1 || !errors.Is(dl[0].Err, pubsub.ErrPermanent) {
 				c.Errorf("dead letters: got %+v, want job after 1 attempt, wrapping ErrPermanent", dl)
 			}
-			if got, want := g.Stats(), (pubsub.GroupStats{Delivered: 1, DeadLettered: 1}); got != want {
-				c.Errorf("stats: got %+v, want %+v", got, want)
-			}
+			wantGroupStats(c, g, pubsub.GroupStats{Delivered: 1, DeadLettered: 1})
 			if err := s.Close(); err != nil {
 				c.Errorf("Stream.Close: %v", err)
 			}
@@ -158,8 +148,7 @@ func streamCases() []confCase {
 			for _, nack := range []bool{false, true} {
 				start := time.Now()
 				for round := 0; round < settledRounds && (round < 10 || time.Since(start) < settledBudget); round++ {
-					b := c.broker()
-					topic := c.topic(b, "tasks")
+					b, topic := c.brokerTopic("tasks")
 					s := stream(c, topic, "workers", "w1")
 					publishValue(c, topic, "t1")
 					d := recv(c, s)
@@ -185,8 +174,7 @@ func streamCases() []confCase {
 			}
 		}},
 		{name: "Stream.Close gives a held, unsettled delivery back to the group, and the next consumer gets it again", run: func(c *conf) {
-			b := c.broker()
-			topic := c.topic(b, "tasks")
+			b, topic := c.brokerTopic("tasks")
 			s := stream(c, topic, "workers", "w1")
 			g := s.Group()
 			publishValue(c, topic, "job")
@@ -225,25 +213,11 @@ func streamCases() []confCase {
 		}},
 		{name: "a held delivery holds a Seek until its context ends, and the Seek moves nothing", run: func(c *conf) {
 			h := heldDelivery(c)
-			b, s, g, d := h.b, h.s, h.g, h.d
-			err := g.Seek(c.within(shortWait), 0, 2)
-			c.wantIs("Seek with a held delivery", err, context.DeadlineExceeded)
-			if got := g.Committed(0); got != 0 {
-				c.Errorf("Committed(0) after the Seek gave up: got %d, want 0", got)
-			}
-			d.Ack()
-			finishHeld(c, b, s, "t2")
+			h.movesNothing(c, "Seek", func(ctx context.Context) error { return h.g.Seek(ctx, 0, 2) })
 		}},
 		{name: "a held delivery holds a Replay until its context ends, and the Replay moves nothing", run: func(c *conf) {
 			h := heldDelivery(c)
-			b, s, g, d := h.b, h.s, h.g, h.d
-			err := g.Replay(c.within(shortWait), pubsub.Latest())
-			c.wantIs("Replay with a held delivery", err, context.DeadlineExceeded)
-			if got := g.Committed(0); got != 0 {
-				c.Errorf("Committed(0) after the Replay gave up: got %d, want 0", got)
-			}
-			d.Ack()
-			finishHeld(c, b, s, "t2")
+			h.movesNothing(c, "Replay", func(ctx context.Context) error { return h.g.Replay(ctx, pubsub.Latest()) })
 		}},
 		{name: "a held delivery holds a Leave until its context ends, and the consumer has left all the same", run: func(c *conf) {
 			h := heldDelivery(c)
@@ -388,6 +362,20 @@ func heldDelivery(c *conf) held {
 		c.Fatalf("first delivery: got %q, want t1", d.Value)
 	}
 	return held{b, tp, s, s.Group(), d}
+}
+
+// movesNothing checks that move, a Seek or a Replay (what) made while h's
+// delivery is held, gives up when its context ends and has moved nothing;
+// then h's delivery is acked, and the stream goes on from t2.
+func (h held) movesNothing(c *conf, what string, move func(ctx context.Context) error) {
+	c.Helper()
+	err := move(c.within(shortWait))
+	c.wantIs(what+" with a held delivery", err, context.DeadlineExceeded)
+	if got := h.g.Committed(0); got != 0 {
+		c.Errorf("Committed(0) after the %s gave up: got %d, want 0", what, got)
+	}
+	h.d.Ack()
+	finishHeld(c, h.b, h.s, "t2")
 }
 
 type held struct {

@@ -1,15 +1,17 @@
 package jetstream
 
-// Outages: how an error from the server is classified where it leaves the
-// engine, and what the engine remembers of the server for the reads that
-// take no context (Lag, Committed, Stats, Snapshot), so that they serve
-// the last values they observed while the server cannot be asked, never
-// made-up ones.
+// The engine's connection to the server: how its requests are bounded,
+// how an error from the server is classified where it leaves the engine
+// (outages), and how a read that takes no context (Lag, Committed,
+// Stats, Snapshot) asks the server: until it finds it unreachable, then
+// serving the last values observed, never made-up ones (a topic's streams
+// as topic.go keeps them, a group's consumers as observed.go does).
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -38,28 +40,83 @@ import (
 // value under this package's name: errors.Is matches either.
 var ErrOutcomeUnknown = engine.ErrOutcomeUnknown
 
+// conn is the engine's connection, embedded in eng: its methods are the
+// engine's. nc and js are set by Open, never changed after; the rest is
+// atomics, and the status channels watchConnection and stopWatching own.
+type conn struct {
+	nc      *nats.Conn // owned; nil when the connection is the caller's
+	js      natsjs.JetStream
+	timeout time.Duration // the request timeout (WithRequestTimeout)
+
+	// The connection's status, followed by watchConnection: epoch ends
+	// when the connection is lost.
+	epoch      atomic.Pointer[connEpoch]
+	status     chan nats.Status
+	statusDone chan struct{}
+
+	// tail bounds, in Unix nanoseconds, the requests Close makes after
+	// its workers stopped (what was left, the snapshots), so that Close
+	// returns by the time its ctx ends; once it passed, the reads ask the
+	// server nothing (mayAsk).
+	tail atomic.Int64
+}
+
+// ctx returns a context bounded by the request timeout, for calls that
+// take none, and by Close's tail once Close has stopped the workers.
+func (c *conn) ctx() (context.Context, context.CancelFunc) {
+	d := time.Now().Add(c.timeout)
+	if tail := c.tail.Load(); tail != 0 && tail < d.UnixNano() {
+		d = time.Unix(0, tail)
+	}
+	return context.WithDeadline(context.Background(), d)
+}
+
+// bounded returns ctx, or ctx bounded by the request timeout when it has
+// no deadline.
+func (c *conn) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+// boundedDo runs f with ctx as bounded bounds it.
+func (c *conn) boundedDo(ctx context.Context, f func(context.Context) error) error {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
+	return f(ctx)
+}
+
+// deleting returns the context of a deletion's requests to the server:
+// ctx's values without its end, bounded by the request timeout. A
+// deletion takes effect whatever ctx does (engine.Deleter): ctx bounds
+// only the wait for deliveries in flight.
+func (c *conn) deleting(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+}
+
 // watchConnection makes the engine follow its connection's status: each
 // time the connection is lost a new epoch begins (connEpoch), so that a
 // request waiting for an answer the lost connection took with it stops
 // waiting and is tried again (see topic.send). Open calls it; Close stops
 // it.
-func (e *eng) watchConnection() {
-	e.epoch.Store(newConnEpoch())
-	e.status = e.js.Conn().StatusChanged(nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
-	e.statusDone = make(chan struct{})
+func (c *conn) watchConnection() {
+	c.epoch.Store(newConnEpoch())
+	c.status = c.js.Conn().StatusChanged(nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
+	c.statusDone = make(chan struct{})
 	go func() { // exits when stopWatching removes the listener, which closes the channel
-		defer close(e.statusDone)
-		for range e.status {
-			e.epoch.Swap(newConnEpoch()).cancel()
+		defer close(c.statusDone)
+		for range c.status {
+			c.epoch.Swap(newConnEpoch()).cancel()
 		}
 	}()
 }
 
 // stopWatching stops watchConnection's goroutine and waits for it.
-func (e *eng) stopWatching() {
-	e.js.Conn().RemoveStatusListener(e.status)
-	<-e.statusDone
-	e.epoch.Load().cancel()
+func (c *conn) stopWatching() {
+	c.js.Conn().RemoveStatusListener(c.status)
+	<-c.statusDone
+	c.epoch.Load().cancel()
 }
 
 // connEpoch is a context that ends when the connection is lost.
@@ -77,12 +134,12 @@ func newConnEpoch() *connEpoch {
 // the request timeout when ctx has no deadline, that also ends when the
 // connection is lost (the answer would be lost with it). The caller calls
 // the returned func.
-func (e *eng) attempt(ctx context.Context) (context.Context, context.CancelFunc) {
-	epoch := e.epoch.Load().ctx
+func (c *conn) attempt(ctx context.Context) (context.Context, context.CancelFunc) {
+	epoch := c.epoch.Load().ctx
 	if ctx.Done() == nil { // never cancelled (Background): the epoch bounded by the request timeout
-		return context.WithTimeout(epoch, e.cfg.requestTimeout)
+		return context.WithTimeout(epoch, c.timeout)
 	}
-	actx, cancel := e.bounded(ctx)
+	actx, cancel := c.bounded(ctx)
 	actx, cancelLost := context.WithCancel(actx)
 	stop := context.AfterFunc(epoch, cancelLost)
 	return actx, func() {
@@ -94,31 +151,31 @@ func (e *eng) attempt(ctx context.Context) (context.Context, context.CancelFunc)
 
 // lost returns a channel closed once the connection is lost, for a wait
 // that needs no context.
-func (e *eng) lost() <-chan struct{} { return e.epoch.Load().ctx.Done() }
+func (c *conn) lost() <-chan struct{} { return c.epoch.Load().ctx.Done() }
 
 // connected reports whether the engine's connection is up. While it is
 // not (reconnecting, or closed), the reads serve what they last observed
 // without asking, and publishes wait for it.
-func (e *eng) connected() bool { return e.js.Conn().Status() == nats.CONNECTED }
+func (c *conn) connected() bool { return c.js.Conn().Status() == nats.CONNECTED }
 
 // mayAsk reports whether a read may ask the server now: the connection is
 // up, and Close has not given up asking (its tail passed).
-func (e *eng) mayAsk() bool {
-	if tail := e.tail.Load(); tail != 0 && time.Now().UnixNano() >= tail {
+func (c *conn) mayAsk() bool {
+	if tail := c.tail.Load(); tail != 0 && time.Now().UnixNano() >= tail {
 		return false
 	}
-	return e.connected()
+	return c.connected()
 }
 
 // ctxErr is where the error of a call to the server leaves the engine. It
 // prefers ctx's error, so that a request cut short by ctx says so, and
 // wraps ErrUnavailable when the error says the server could not be
 // reached or did not answer in time (see unavailable).
-func (e *eng) ctxErr(ctx context.Context, err error) error {
+func (c *conn) ctxErr(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	down := e.unavailable(ctx, err)
+	down := c.unavailable(ctx, err)
 	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 		err = fmt.Errorf("%w (%v)", ctx.Err(), err)
 	}
@@ -135,12 +192,12 @@ func (e *eng) ctxErr(ctx context.Context, err error) error {
 // engine's own request timeout, or the caller's deadline while the
 // connection was down). A caller's ctx that ended while the connection was
 // up is the caller's business, not an outage.
-func (e *eng) unavailable(ctx context.Context, err error) bool {
+func (c *conn) unavailable(ctx context.Context, err error) bool {
 	switch {
 	case errors.Is(err, engine.ErrUnavailable):
 		return true
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return ctx.Err() == nil || !e.connected()
+		return ctx.Err() == nil || !c.connected()
 	}
 	return unreachable(err)
 }
@@ -171,112 +228,13 @@ func unreachable(err error) bool {
 	return false
 }
 
-// streamSeen is what the engine last read of a partition's stream.
-type streamSeen struct {
-	first, last, msgs, bytes uint64
-	at                       time.Time
-}
-
-// consumerSeen is what the engine last read of a group's consumer on one
-// partition.
-type consumerSeen struct {
-	ackFloor, delivered uint64
-	ackPending          int
-	paused              bool
-	at                  time.Time
-}
-
-// observeStream records info as partition p's last observed state.
-func (t *topic) observeStream(p int, info *natsjs.StreamInfo) {
-	if info == nil {
-		return
-	}
-	st := info.State
-	t.seen[p].Store(&streamSeen{first: st.FirstSeq, last: st.LastSeq, msgs: st.Msgs, bytes: st.Bytes, at: time.Now()})
-}
-
-// streamInfo reads partition p's stream from the server, and records it.
-func (t *topic) streamInfo(ctx context.Context, p int) (*natsjs.StreamInfo, error) {
-	info, err := t.streams[p].Info(ctx)
-	if err == nil {
-		t.observeStream(p, info)
-	}
-	return info, err
-}
-
-// stream returns partition p's stream as last observed (CreateTopic
-// observed it first), its end raised to the last record this broker
-// stored since.
-func (t *topic) stream(p int) *streamSeen {
-	s := t.seen[p].Load()
-	if s == nil {
-		s = &streamSeen{}
-	}
-	if last := t.counts[p].stored.Load(); last > s.last {
-		c := *s
-		c.last = last
-		s = &c
-	}
-	return s
-}
-
-// observeConsumer records info as the group's last observed consumer on
-// partition p.
-func (g *group) observeConsumer(p int, info *natsjs.ConsumerInfo) {
-	if info == nil {
-		return
-	}
-	g.seen[p].Store(&consumerSeen{ackFloor: info.AckFloor.Stream, delivered: info.Delivered.Stream,
-		ackPending: info.NumAckPending, paused: info.Paused, at: time.Now()})
-}
-
-// consumerInfo reads the group's consumer on partition p from the server,
-// and records it; a consumer that is gone makes the group vanish
-// (serverErr).
-func (g *group) consumerInfo(ctx context.Context, p int) (*natsjs.ConsumerInfo, error) {
-	info, err := g.consumers[p].Info(ctx)
-	switch {
-	case err == nil:
-		g.observeConsumer(p, info)
-	case errors.Is(err, natsjs.ErrConsumerNotFound), errors.Is(err, natsjs.ErrStreamNotFound):
-		err = g.serverErr(ctx, err) // deleted by another broker
-	}
-	return info, err
-}
-
-// consumer returns the group's consumer on partition p as last observed.
-func (g *group) consumer(p int) *consumerSeen {
-	if c := g.seen[p].Load(); c != nil {
-		return c
-	}
-	return &consumerSeen{}
-}
-
-// lagOf is a partition's lag from what was last observed of its stream
-// and the group's consumer: from the stream's last sequence down to the
-// ack floor, or to the oldest record retained when retention removed the
-// ones between.
-func lagOf(s *streamSeen, c *consumerSeen) int64 {
-	from := max(c.ackFloor, s.first-min(s.first, 1))
-	if s.last > from {
-		return int64(s.last - from)
-	}
-	return 0
-}
-
-// settled reports whether, as last observed, the consumer had settled
-// every record of the stream (see settledTo).
-func (c *consumerSeen) settled(s *streamSeen) bool {
-	return c.ackFloor >= s.last || c.delivered >= s.last && c.ackPending == 0
-}
-
 // reading is one read call's view of the server: it asks until a request
 // finds the server unreachable (or when it may not ask to begin with),
 // and from then on the read serves what was last observed, so that a read
 // during an outage costs at most one request timeout, not one per
 // partition.
 type reading struct {
-	e      *eng
+	c      *conn
 	ctx    context.Context
 	down   bool // a request found the server unreachable, or the read may not ask
 	failed bool // a request found the server unreachable
@@ -284,9 +242,9 @@ type reading struct {
 
 // read starts a read bounded by the request timeout; the caller calls the
 // returned cancel.
-func (e *eng) read() (*reading, context.CancelFunc) {
-	ctx, cancel := e.ctx()
-	return &reading{e: e, ctx: ctx, down: !e.mayAsk()}, cancel
+func (c *conn) read() (*reading, context.CancelFunc) {
+	ctx, cancel := c.ctx()
+	return &reading{c: c, ctx: ctx, down: !c.mayAsk()}, cancel
 }
 
 // ask reports whether the read may ask the server.
@@ -298,9 +256,9 @@ func (r *reading) ask() bool { return !r.down }
 func (r *reading) got(err error) bool {
 	switch {
 	case err == nil:
-	case !r.e.mayAsk() && errors.Is(err, context.DeadlineExceeded):
+	case !r.c.mayAsk() && errors.Is(err, context.DeadlineExceeded):
 		r.down = true // cut short by Close's tail, not by the server
-	case r.e.unavailable(context.Background(), err):
+	case r.c.unavailable(context.Background(), err):
 		r.down, r.failed = true, true
 	}
 	return err == nil
@@ -330,4 +288,17 @@ func (s *seenInt64) when() time.Time {
 		return time.Unix(0, ns)
 	}
 	return time.Time{}
+}
+
+// apiPrefix is the subject prefix of js's API requests, for the requests
+// the client has no method for.
+func apiPrefix(js natsjs.JetStream) string {
+	o := js.Options()
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	}
+	return natsjs.DefaultAPIPrefix
 }
