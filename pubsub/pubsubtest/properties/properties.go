@@ -2,10 +2,10 @@
 // Jepsen-style test of an engine through the public API only, run with
 // [RunProperties].
 //
-// rapid drives a state machine (publish.go, groups.go and streams.go; its model in
-// model.go) against one broker and one topic whose shape (partitions,
-// retention, retry policy) is drawn per run. Every action waits for the system to go quiet (synctest.Wait) before
-// the next, so a run is a sequence of well-defined states that rapid can
+// rapid drives a state machine (publish.go, groups.go and streams.go; its
+// model in model.go) against one broker and one topic whose shape
+// (partitions, retention, retry policy) is drawn per run. Every action
+// waits for the system to go quiet (synctest.Wait) before the next, so a run is a sequence of well-defined states that rapid can
 // replay and shrink, while inside each action producers, workers, backoffs
 // and rebalances still run concurrently. Everything runs in a
 // testing/synctest bubble: backoffs, BlockTimeouts and age retention happen
