@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/logbus/logbus/codec"
@@ -70,7 +71,8 @@ type config struct {
 
 // run serves the broker's page and metrics on cfg.addr while publishing,
 // until ctx ends; then it shuts down and returns. ready is called with the
-// address once the server listens and the first delivery was measured.
+// address once the server listens and a publish and a delivery were
+// measured.
 func run(ctx context.Context, cfg config, ready func(addr string)) error {
 	// Metrics: the OTel SDK, read by Prometheus through the exporter, into
 	// a registry of our own.
@@ -86,7 +88,7 @@ func run(ctx context.Context, cfg config, ready func(addr string)) error {
 	// spans go to otel's global no-op one; set yours with
 	// otellogbus.WithTracerProvider), logging what an operator should know.
 	hooks := otellogbus.New(otellogbus.WithMeterProvider(meters), otellogbus.WithPropagator(propagation.TraceContext{}))
-	first := &firstDelivery{done: make(chan struct{})}
+	first := &firstMeasured{done: make(chan struct{})}
 	b := pubsub.NewBroker(
 		pubsub.WithHooks(hooks, first),
 		pubsub.WithStuckAfter(time.Second),
@@ -229,13 +231,25 @@ func publish(ctx context.Context, orders *pubsub.Topic[string, order], rate int)
 	}
 }
 
-// firstDelivery is a hook that tells when the first delivery ended, after
-// the OpenTelemetry hooks (called before it) measured it.
-type firstDelivery struct {
-	once sync.Once
-	done chan struct{}
+// firstMeasured is a hook that tells when a publish and a delivery have
+// both been measured by the OpenTelemetry hooks (called before it). Both
+// are needed: a record can be delivered before its publisher's hook runs.
+type firstMeasured struct {
+	published, delivered sync.Once
+	seen                 atomic.Int32 // how many of the two have happened
+	done                 chan struct{}
 }
 
-func (f *firstDelivery) OnDelivered(context.Context, *pubsub.DeliveryInfo, pubsub.DeliveryResult) {
-	f.once.Do(func() { close(f.done) })
+func (f *firstMeasured) OnPublished(context.Context, *pubsub.PublishInfo, pubsub.Position, error) {
+	f.published.Do(f.saw)
+}
+
+func (f *firstMeasured) OnDelivered(context.Context, *pubsub.DeliveryInfo, pubsub.DeliveryResult) {
+	f.delivered.Do(f.saw)
+}
+
+func (f *firstMeasured) saw() {
+	if f.seen.Add(1) == 2 {
+		close(f.done)
+	}
 }

@@ -28,7 +28,7 @@ func TestRunServesMetricsAndDebugPage(t *testing.T) {
 	case addr = <-addrs:
 	case err := <-done:
 		t.Fatalf("run returned before it was ready: %v", err)
-	case <-time.After(30 * time.Second): // a bound, not a wait: ready comes after the first delivery
+	case <-time.After(30 * time.Second): // a bound, not a wait: ready comes once a publish and a delivery were measured
 		t.Fatal("run was not ready within 30s")
 	}
 
