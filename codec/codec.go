@@ -97,10 +97,10 @@ var ErrDecode = errors.New("codec: cannot decode")
 //
 // Errors from encode are wrapped with [ErrEncode] and errors from decode
 // with [ErrDecode], unless they already wrap it; the original error stays
-// reachable with [errors.Is] and [errors.As]. A nil encode or decode does not panic: the
-// corresponding method returns an error wrapping ErrEncode or ErrDecode, so a
-// misconfigured topic fails on use instead of at start-up. Panics raised by
-// encode or decode are not recovered.
+// reachable with [errors.Is] and [errors.As]. A nil encode or decode does
+// not panic: the corresponding method returns an error wrapping ErrEncode
+// or ErrDecode, so a misconfigured topic fails on use instead of at
+// start-up. Panics raised by encode or decode are not recovered.
 func Func[T any](encode func(T) ([]byte, error), decode func([]byte) (T, error)) Codec[T] {
 	return funcCodec[T]{encode: encode, decode: decode}
 }

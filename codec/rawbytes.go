@@ -2,10 +2,10 @@ package codec
 
 // RawBytes returns a Codec for byte slices whose Decode does not copy: the
 // slice a handler gets is the log's own memory, as a
-// [database/sql.RawBytes] is the driver's. It is for consumers that only read a value during the
-// call that delivers it, such as one that parses the bytes or writes them
-// on to a file or a socket, and it saves the allocation and the copy that
-// [Bytes] makes for every delivery.
+// [database/sql.RawBytes] is the driver's. It is for consumers that only
+// read a value during the call that delivers it, such as one that parses
+// the bytes or writes them on to a file or a socket, and it saves the
+// allocation and the copy that [Bytes] makes for every delivery.
 //
 // It is the one exception to Decode's rule ([Codec]), and it puts this
 // rule in its place: a decoded value is valid until the handler that got
