@@ -18,10 +18,11 @@ import (
 //     drops and expiries a publish causes; see [HookPublished] for an
 //     asynchronous publish), the partition's worker for delivery, retry,
 //     dead-letter and skip events (and expiries a read causes), the
-//     caller's for rebalance, close and new-broker events, the watchdog's
-//     for stuck events, the engine's own for membership events. A slow
-//     hook slows that goroutine: a delivery hook delays its whole
-//     partition. Hand slow work to a goroutine of your own.
+//     caller's for rebalance, close and new-broker events, the
+//     stuck-handler watchdog's ([WithStuckAfter]) for stuck events, the
+//     engine's own for membership events. A slow hook slows that
+//     goroutine: a delivery hook delays its whole partition. Hand slow work
+//     to a goroutine of your own.
 //   - Hooks are called outside every lock of the broker, so they may call
 //     the broker's read methods ([Broker.Snapshot], Stats, Lag, Committed,
 //     Assignment, DeadLetters) and publish to a topic that does not block.

@@ -10,10 +10,9 @@ import (
 	"github.com/logbus/logbus/engine"
 )
 
-// Snapshot is a broker's state at one moment: its topics, their partitions,
-// and the groups that read them ([Broker.Snapshot]). It is plain data, the
-// caller's own: the debug page, metrics read at scrape time and a listing
-// of a broker's topics and groups all read it.
+// Snapshot is a broker's state at one moment ([Broker.Snapshot]): its
+// topics, their partitions, and the groups that read them. It is plain
+// data, the caller's own.
 type Snapshot struct {
 	// Taken is when the snapshot was read: by the [Clock] given with
 	// [WithClock], or else time.Now. Lag in time is measured against it.
@@ -42,8 +41,8 @@ type TopicSnapshot struct {
 	Partitions []PartitionSnapshot // by partition
 	Groups     []GroupSnapshot     // by name
 	// Observed is when the partitions' bounds and counts were read: Taken,
-	// unless a remote engine could not reach its server and serves the
-	// last it observed (then Taken − Observed is how old they are).
+	// or earlier when [Snapshot.Unavailable] (Taken − Observed is how old
+	// they are).
 	Observed time.Time
 }
 
@@ -81,8 +80,8 @@ type GroupSnapshot struct {
 	LagAge     time.Duration
 	Partitions []GroupPartitionSnapshot // by partition
 	// Observed is when the oldest of the group's committed offsets (and
-	// so its lag) and dead-letter counts was read: Taken, unless a remote
-	// engine could not reach its server and serves the last it observed.
+	// so its lag) and dead-letter counts was read: Taken, or earlier when
+	// [Snapshot.Unavailable].
 	Observed time.Time
 	// MembershipErr is why this broker cannot follow the group's membership
 	// now, when its engine keeps membership on a server (the JetStream
