@@ -153,7 +153,7 @@ func WithDeadLetterLimit(n int) SubscribeOption {
 
 // MaxKeyConcurrency is the most deliveries of one partition
 // WithKeyConcurrency lets a group run at once.
-const MaxKeyConcurrency = engine.MaxKeyConcurrency
+const MaxKeyConcurrency = 256
 
 // WithKeyConcurrency lets a group's worker run up to n deliveries of one
 // partition at once, never two with equal keys, overriding the default of

@@ -202,15 +202,16 @@ const (
 	MaxTopicMessages = 1 << 24 // 16,777,216
 )
 
-// The limits above, and MaxBatchSize, are the engine package's, which the
-// engines enforce; they are written out here so that go doc shows their
-// values. This compiles only while each pair is equal: an index into a
-// one-element array must be 0.
+// The limits above, MaxBatchSize and MaxKeyConcurrency are the engine
+// package's, which the engines enforce; they are written out here so that
+// go doc shows their values. This compiles only while each pair is equal:
+// an index into a one-element array must be 0.
 func _() {
 	var x [1]struct{}
 	_ = x[MaxPartitions-engine.MaxPartitions]
 	_ = x[MaxTopicMessages-engine.MaxTopicMessages]
 	_ = x[MaxBatchSize-engine.MaxBatchSize]
+	_ = x[MaxKeyConcurrency-engine.MaxKeyConcurrency]
 }
 
 // WithRetention sets the retention of every partition, overriding the
