@@ -172,7 +172,7 @@ type asyncState struct {
 	failures []failureRun // failures no Flush has reported yet, by epoch
 
 	// The rest is set for an engine that confirms records later (an
-	// engine.AsyncAppender) and nil otherwise.
+	// [engine.AsyncAppender]) and nil otherwise.
 	name  string // the topic's
 	app   engine.AsyncAppender
 	slots chan struct{} // one element per record in flight: the bound of WithMaxInFlight
@@ -197,7 +197,7 @@ type asyncPart struct {
 	// that last is the last record the engine admitted: records resolve
 	// in that order, so waiting for last waits for every record before
 	// it. Held across AppendAsync, which does not wait (see
-	// engine.AsyncAppender), and never by done.
+	// [engine.AsyncAppender]), and never by done.
 	mu   sync.Mutex
 	last *Pending
 	_    [40]byte // a cache line each: partitions are published to at once
@@ -430,9 +430,9 @@ func (t *Topic[K, V]) issue(ctx context.Context, epoch uint64, p int, rec *engin
 }
 
 // settle resolves pd, the record of partition p that the engine stored at
-// offset or failed with err, whose PublishAsync began in epoch: it counts a failure for Flush, then raises
-// HookPublished, then resolves, so that whoever waited on pd finds both
-// done.
+// offset or failed with err, whose PublishAsync began in epoch: it counts a
+// failure for Flush, then raises [HookPublished], then resolves, so that
+// whoever waited on pd finds both done.
 func (t *Topic[K, V]) settle(pd *Pending, epoch uint64, p int, offset int64, err error, info *PublishInfo, hctx context.Context) {
 	pos := Position{Partition: p, Offset: offset}
 	if err != nil {

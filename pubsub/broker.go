@@ -25,8 +25,8 @@ type Broker struct {
 	reg  registry            // the topics and groups made through it, for a Partial Snapshot
 
 	// closing is set when the first Close begins: that call logs and
-	// raises HookClose, and from then on every publish fails with
-	// ErrClosed. stopping is closed right after, to wake PublishAsync
+	// raises [HookClose], and from then on every publish fails with
+	// [ErrClosed]. stopping is closed right after, to wake PublishAsync
 	// calls waiting for the in-flight bound.
 	closing  atomic.Bool
 	stopping chan struct{}
@@ -97,7 +97,7 @@ type IDSource interface{ NextID() string }
 // names a record by its position: a random per-broker prefix, the topic's
 // creation number in the broker, the partition and the offset
 // ("3f9a0c1d2e4b-1-0-17"). Default IDs are unique in the process and cost
-// the producer nothing; an IDSource is called on every publish. A nil
+// the producer nothing; an [IDSource] is called on every publish. A nil
 // IDSource is [ErrInvalid].
 func WithIDs(ids IDSource) BrokerOption {
 	return brokerOptionFunc(func(cfg *brokerConfig) {
@@ -165,7 +165,7 @@ func NewBroker(opts ...BrokerOption) *Broker {
 		eng, err = cfg.open()
 	}
 	if err != nil {
-		// A broker all the same, so that its methods work; NewTopic
+		// A broker all the same, so that its methods work; [NewTopic]
 		// reports err.
 		if eng == nil {
 			eng, _ = InMemory().Open(engine.Config{})
@@ -210,7 +210,7 @@ const (
 func (s State) String() string { return engine.State(s).String() }
 
 // State returns the broker's lifecycle stage. It panics with a message
-// that says so on a Broker that NewBroker did not make.
+// that says so on a Broker that [NewBroker] did not make.
 func (b *Broker) State() State {
 	if b.eng == nil {
 		panic(errNoBroker)
@@ -222,7 +222,7 @@ func (b *Broker) State() State {
 	return s
 }
 
-// check reports a nil context or a Broker that NewBroker did not make.
+// check reports a nil context or a Broker that [NewBroker] did not make.
 func (b *Broker) check(ctx context.Context) error {
 	switch {
 	case b == nil || b.eng == nil:
@@ -325,7 +325,7 @@ func (b *Broker) Lag(group, topic string) (int64, error) {
 }
 
 // Group returns an existing group of topic as a Group of its records'
-// encoded bytes: each [DeadLetter]'s Message.Value is the value as it was
+// encoded bytes: each [DeadLetter]'s [Message.Value] is the value as it was
 // published ([codec.Bytes]). It is for tools that do not know the group's
 // types, such as a debug page: the same group as the *Group[V] that
 // [Topic.Subscribe] returned, with the same offsets, counters and dead
@@ -393,7 +393,7 @@ func (b *Broker) Replay(ctx context.Context, group, topic string, from Start) er
 //
 // It is logged at Info, and raises no hook ([HookRebalance] is for a group
 // whose partitions are dealt out again). An unknown topic is
-// [ErrTopicNotFound], an unknown group ErrSubscription. It fails with
+// [ErrTopicNotFound], an unknown group [ErrSubscription]. It fails with
 // [ErrClosed] once Close began, and with [ErrInvalid] on an engine that
 // cannot delete groups.
 func (b *Broker) DeleteGroup(ctx context.Context, group, topic string) error {
@@ -435,7 +435,7 @@ func (b *Broker) deleteGroup(ctx context.Context, group, topic string) error {
 // It waits for the groups' deliveries in flight as DeleteGroup does, and
 // is deleted all the same when ctx ends first, returning an error wrapping
 // ctx's. It is logged at Info and raises no hook. An unknown topic is
-// ErrTopicNotFound. It fails with [ErrClosed] once Close began, and with
+// [ErrTopicNotFound]. It fails with [ErrClosed] once Close began, and with
 // [ErrInvalid] on an engine that cannot delete topics.
 func (b *Broker) DeleteTopic(ctx context.Context, topic string) error {
 	if err := b.check(ctx); err != nil {
@@ -463,8 +463,8 @@ func (b *Broker) deleteTopic(ctx context.Context, topic string) error {
 
 // deleted reports whether a deletion that returned err took place: it
 // succeeded, or only the wait for deliveries in flight ran out of time
-// (see engine.Deleter: an engine that could not delete says
-// ErrUnavailable, or another sentinel, not ctx's error alone).
+// (see [engine.Deleter]: an engine that could not delete says
+// [ErrUnavailable], or another sentinel, not ctx's error alone).
 func deleted(err error) bool {
 	if err == nil {
 		return true

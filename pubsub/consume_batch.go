@@ -63,10 +63,10 @@ func (e *BatchError) Error() string {
 // Unwrap returns Err.
 func (e *BatchError) Unwrap() error { return e.Err }
 
-// errBatchNil stands in for a BatchError without an Err.
+// errBatchNil stands in for a [BatchError] without an Err.
 var errBatchNil = errors.New("logbus: batch handler failed the message")
 
-// batchOption is a SubscribeOption only SubscribeBatch takes.
+// batchOption is a [SubscribeOption] only SubscribeBatch takes.
 type batchOption func(*subscribeConfig)
 
 func (f batchOption) applySubscribe(c *subscribeConfig) { f(c) }
@@ -157,7 +157,7 @@ type batchBuffer[V any] struct {
 
 // handOverBatch decodes b into Messages and calls handle with them, up to
 // the first record that cannot be decoded; it returns the engine's form of
-// the outcome (see engine.BatchHandler).
+// the outcome (see [engine.BatchHandler]).
 func (t *Topic[K, V]) handOverBatch(ctx context.Context, handle func(context.Context, []Message[V]) error, b *engine.Batch, buf *batchBuffer[V]) error {
 	msgs := buf.msgs[:0]
 	var bad error // the first record that cannot be decoded ends the batch there

@@ -78,14 +78,14 @@ func (b *Broker) Capabilities() engine.Capabilities { return b.caps }
 // ability returns x as a T, the optional interface that goes with the
 // capability need, when the engine declares need and x implements T: an
 // engine that declares one without the other cannot do it. ok false is
-// the caller's ErrInvalid.
+// the caller's [ErrInvalid].
 func ability[T any](caps, need engine.Capabilities, x any) (t T, ok bool) {
 	t, ok = x.(T)
 	return t, ok && caps.Has(need)
 }
 
 // retentionNeeds is the capability each bounded retention needs, for
-// NewTopic to refuse one the engine lacks.
+// [NewTopic] to refuse one the engine lacks.
 func retentionNeeds(caps engine.Capabilities, r engine.Retention) error {
 	switch {
 	case r.OnFull == engine.DropOldest && !caps.Has(engine.DropsOldest):

@@ -20,7 +20,7 @@ var (
 	// and by every call on the handles of a deleted topic and of its groups.
 	ErrTopicNotFound = engine.ErrTopicNotFound
 	// ErrClosed is returned by every call that would change something once
-	// [Broker.Close] has begun (Publish and the other publishes, NewTopic,
+	// [Broker.Close] has begun (Publish and the other publishes, [NewTopic],
 	// Subscribe, Stream, Seek, Replay, Redrive, DeleteGroup, DeleteTopic,
 	// DiscardDeadLetters), by LatestDeadLetters and Ping then too, and by
 	// Leave once Close has finished (a consumer may leave while Close
@@ -72,7 +72,7 @@ var (
 	// ErrAborted is wrapped by the error of a record published with
 	// [Topic.PublishAsync] that was not stored because a record ahead of it
 	// in its partition failed; the error wraps that record's cause too
-	// (ErrBackpressure, say), except [ErrOutcomeUnknown]: an aborted record
+	// ([ErrBackpressure], say), except [ErrOutcomeUnknown]: an aborted record
 	// was not stored.
 	ErrAborted = engine.ErrAborted
 	// ErrOutcomeUnknown is wrapped by the error of a publish whose record
@@ -186,5 +186,5 @@ func fail(err error, format string, args ...any) error {
 // errNilContext is the error of a call given a nil context.
 var errNilContext = fmt.Errorf("%w: nil context", ErrInvalid)
 
-// errNoBroker is the error of a call on a Broker that NewBroker did not make.
+// errNoBroker is the error of a call on a Broker that [NewBroker] did not make.
 var errNoBroker = fmt.Errorf("%w: a Broker must be made by NewBroker, not declared", ErrInvalid)

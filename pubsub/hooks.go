@@ -79,7 +79,7 @@ type PublishInfo struct {
 
 // HookPublish is called for each record about to be appended, after it was
 // encoded and routed. The context it returns is the one the next hook, and
-// HookPublished, get (for a batch, that record's HookPublished only: the
+// [HookPublished], get (for a batch, that record's HookPublished only: the
 // batch is appended under the caller's ctx).
 type HookPublish interface {
 	OnPublish(ctx context.Context, p *PublishInfo) context.Context
@@ -113,7 +113,7 @@ type DeliveryInfo struct {
 	// Key and Headers are the record's own, shared with the log and every
 	// group: read-only, and valid only during the call. Key is nil for a
 	// keyless record. In OnStuck they are not known: Key, Headers, ID and
-	// Created are empty there, except with WithKeyConcurrency, where Key
+	// Created are empty there, except with [WithKeyConcurrency], where Key
 	// and Created are the stuck record's (a copy): the key holding its
 	// partition.
 	Key     []byte
@@ -311,7 +311,7 @@ type CloseEvent struct {
 // WithHooks registers hooks, each a value implementing one or more Hook*
 // interfaces ([Hook]), called in the order given. A nil hook, or one that
 // implements none of them, makes [NewBroker] report [ErrInvalid] (through
-// Err and NewTopic). Several WithHooks add up.
+// Err and [NewTopic]). Several WithHooks add up.
 func WithHooks(hooks ...Hook) BrokerOption {
 	return brokerOptionFunc(func(c *brokerConfig) { c.hooks = append(c.hooks, hooks...) })
 }

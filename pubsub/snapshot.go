@@ -111,18 +111,18 @@ type GroupPartitionSnapshot struct {
 	LagAge time.Duration
 	// InFlight is set while a handler (or a Stream's consumer) holds a
 	// delivery of this partition, Retrying while a failed record waits out
-	// its backoff. Attempt is then the delivery's Message.Attempt (in the
+	// its backoff. Attempt is then the delivery's [Message.Attempt] (in the
 	// in-memory engine at most 255: larger counts show as 255), 0
-	// otherwise. With WithKeyConcurrency they describe the oldest
+	// otherwise. With [WithKeyConcurrency] they describe the oldest
 	// unsettled record alone, the one at Committed.
 	InFlight, Retrying bool
 	Attempt            int
 	// Running is how many deliveries of this partition are in flight: 0
-	// or 1, or up to n with WithKeyConcurrency.
+	// or 1, or up to n with [WithKeyConcurrency].
 	Running int
 	// OldestUnsettled is the offset of the oldest record the group took
 	// and has not settled (acked or dead-lettered): in flight, waiting
-	// out a backoff, or (WithKeyConcurrency) waiting behind an earlier
+	// out a backoff, or ([WithKeyConcurrency]) waiting behind an earlier
 	// record of its key. The committed offset stops there, so it is
 	// Committed; -1 when no record is unsettled.
 	OldestUnsettled int64

@@ -48,7 +48,7 @@ type Delivery[V any] struct {
 }
 
 // The states of a Delivery. Settling and abandoning race (an Ack against a
-// Stream.Close); the compare-and-swap from pending decides which one
+// [Stream.Close]); the compare-and-swap from pending decides which one
 // happened, so a settled delivery is never given back and an abandoned one
 // never counts as settled.
 const (

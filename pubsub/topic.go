@@ -38,7 +38,7 @@ type Topic[K, V any] struct {
 
 	async *asyncState // PublishAsync's records and failures, for Flush
 
-	// deleted is set by Broker.DeleteTopic: Subscribe, Stream and
+	// deleted is set by [Broker.DeleteTopic]: Subscribe, Stream and
 	// SubscribeBatch, which name the topic to the engine, must not reach a
 	// topic created again under the name.
 	deleted atomic.Bool
@@ -70,7 +70,7 @@ type topicConfig struct {
 	engine.TopicSpec
 	partitionsSet bool
 	partitioner   Partitioner
-	// maxInFlight bounds PublishAsync (WithMaxInFlight); 0 until set.
+	// maxInFlight bounds PublishAsync ([WithMaxInFlight]); 0 until set.
 	maxInFlight    int
 	maxInFlightSet bool
 	err            error // the first invalid option, reported by NewTopic
@@ -198,11 +198,11 @@ const (
 	MaxPartitions = 1 << 16 // 65,536
 	// MaxTopicMessages bounds partitions × [Retention.MaxMessages], the
 	// records a topic may retain at most, and so MaxMessages itself: 16 Mi
-	// slots, 128 MiB allocated by NewTopic.
+	// slots, 128 MiB allocated by [NewTopic].
 	MaxTopicMessages = 1 << 24 // 16,777,216
 )
 
-// The limits above, MaxBatchSize and MaxKeyConcurrency are the engine
+// The limits above, [MaxBatchSize] and [MaxKeyConcurrency] are the engine
 // package's, which the engines enforce; they are written out here so that
 // go doc shows their values. This compiles only while each pair is equal:
 // an index into a one-element array must be 0.
@@ -336,7 +336,7 @@ func (t *Topic[K, V]) Publish(ctx context.Context, key K, value V, opts ...Publi
 
 // PublishValue is [Topic.Publish] for a keyless record: the partitioner
 // spreads such records (round robin by default, [KeyHash]), so they have
-// no order relative to each other across partitions. Message.Key is nil on
+// no order relative to each other across partitions. [Message.Key] is nil on
 // delivery.
 func (t *Topic[K, V]) PublishValue(ctx context.Context, value V, opts ...PublishOption) (Position, error) {
 	rec := t.eng.NewRecord()
@@ -587,8 +587,9 @@ func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int
 }
 
 // batchScratch is what a batch publish needs only while it runs: its
-// records until the engine takes them, their partitions and their offsets. Pooled, since a
-// batch is published by a call per batch and the slices are as long as it.
+// records until the engine takes them, their partitions and their offsets.
+// Pooled, since a batch is published by a call per batch and the slices are
+// as long as it.
 type batchScratch struct {
 	recs       []*engine.Record
 	offsets    []int64
@@ -619,7 +620,7 @@ func putBatchScratch(s *batchScratch) {
 
 // applyPublishOptions is apart from publish so that the config, which the
 // options reach through an interface and so escapes, is allocated only
-// when there are options. A nil option is ErrInvalid.
+// when there are options. A nil option is [ErrInvalid].
 func applyPublishOptions(opts []PublishOption) (publishConfig, error) {
 	var cfg publishConfig
 	for i, o := range opts {
