@@ -231,13 +231,11 @@
 // many bytes of keys, values and headers. [pubsub.Retention] gives what a
 // partition and a record cost, measured, and [pubsub.MaxPartitions] and
 // [pubsub.MaxTopicMessages] bound a topic's shape, so that a typo is an
-// error rather than an out-of-memory crash. The codecs that can append
-// ([codec.Appender]: Bytes, RawBytes, String and Int) encode a new record
-// into the buffers of one every group has committed past, so publishing
-// allocates nothing for its bytes. A delivery allocates the value it
-// decodes (with Bytes, a copy of the bytes); [codec.RawBytes] saves that
-// allocation by handing the handler the log's own bytes, valid until it
-// returns.
+// error rather than an out-of-memory crash. With the codecs that can
+// append ([codec.Appender]) publishing allocates nothing for a record's
+// bytes. A delivery allocates the value it decodes (with Bytes, a copy of
+// the bytes); [codec.RawBytes] saves that allocation by handing the
+// handler the log's own bytes, valid until it returns.
 //
 // Each group runs one parked goroutine per partition (a few KiB of stack
 // each) and costs no CPU while idle: workers wait on channels, never on

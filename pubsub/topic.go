@@ -148,17 +148,17 @@ func (f FullPolicy) String() string { return engine.FullPolicy(f).String() }
 // (TestRetentionDocStatesTheMemoryCost keeps these numbers true): a
 // partition takes 680 bytes plus a slot of 8 bytes per record of
 // MaxMessages, allocated by [NewTopic] whether or not records come (10.0
-// KiB for the default 1024 records); a retained record takes 112 bytes
-// plus its encoded key and value, each rounded up to an allocator size
-// class, plus its headers, and about 25 bytes more once a group delivered
-// it (its share of the record IDs the partition keeps formatted). So a
-// topic holds at most about partitions × (10 KiB + MaxMessages × (140
-// bytes + key + value)): 4 partitions of 1024 records of 1 KiB take about
-// 4.6 MiB. MaxBytes bounds the keys, values and headers, not the 140
-// bytes. With codecs that can append ([codec.Appender]) a new record
-// reuses the buffers of a freed one, which keep their capacity up to 1
-// KiB: there the key and value to count are the largest ones, up to 1 KiB
-// each. Each group adds a goroutine per partition, not counted here.
+// KiB for the default 1024 records); a retained record takes 112 bytes plus
+// its encoded key and value, each rounded up to an allocator size class,
+// plus its headers, and about 25 bytes more once a group delivered it (its
+// share of the record IDs the partition keeps formatted). So a topic holds
+// at most about partitions × (10 KiB + MaxMessages × (140 bytes + key +
+// value)): 4 partitions of 1024 records of 1 KiB take about 4.6 MiB.
+// MaxBytes bounds the keys, values and headers, not the 140 bytes. With
+// codecs that reuse a freed record's buffers ([codec.Appender]), which keep
+// their capacity up to 1 KiB, the key and value to count are the largest
+// ones, up to 1 KiB each. Each group adds a goroutine per partition, not
+// counted here.
 type Retention struct {
 	// MaxMessages is the bounded buffer of each partition. Default 1024;
 	// negative is [ErrInvalid], and so is a value that makes partitions ×
