@@ -1,27 +1,11 @@
 // Package codec turns typed values into bytes and back.
 //
 // A [Codec] is the boundary between a typed topic and the untyped log: the
-// core calls Encode once when a value is published and keeps the returned
-// slice as the stored record (or, for an [Appender], has it appended to a
-// buffer the log reuses), and calls Decode for every consumer that reads
-// the record. Two rules follow from that, and every implementation, including
-// one built with [Func], must keep them:
-//
-//   - Encode must return a fresh slice that nothing else references, because
-//     the core keeps it for the record's lifetime without copying.
-//   - Decode must not retain data or return a value that aliases it, because
-//     the stored bytes are shared by every consumer group, and (with an
-//     [Appender]) reused for a later record once every group is past them;
-//     a handler that mutates its value must not be able to change the
-//     record for others.
-//
-// [RawBytes] is the one exception to the second rule, for consumers that
-// only read a value while it is delivered: it hands out the stored bytes
-// themselves, valid until the handler returns.
-//
-// A Codec must also be safe for concurrent use, because publishers and
-// consumers call it from many goroutines at once. All codecs in this package
-// are stateless, so they satisfy this without locking.
+// broker calls Encode once when a value is published and keeps the bytes
+// as the stored record, and calls Decode for every consumer that reads the
+// record. Because the log keeps, shares and reuses those bytes, every
+// implementation keeps the rules [Codec] states; [RawBytes] is the one
+// exception, for consumers that only read a value while it is delivered.
 //
 // Choosing a codec:
 //
@@ -51,10 +35,24 @@ import (
 	"fmt"
 )
 
-// A Codec turns values of T into bytes and back. Implementations must be safe for
-// concurrent use and must return a fresh slice from Encode (the core keeps it).
-// Decode must not retain data or return a value that shares memory with it
-// (the stored bytes are shared by every consumer group).
+// A Codec turns values of T into bytes and back. The broker calls Encode
+// once when a value is published and keeps the returned slice as the
+// stored record (or, for an [Appender], has it appended to a buffer the log
+// reuses), and calls Decode for every consumer that reads the record. So
+// every implementation, including one built with [Func], must keep these
+// rules:
+//
+//   - Encode must return a fresh slice that nothing else references, because
+//     the log keeps it for the record's lifetime without copying.
+//   - Decode must not retain data or return a value that aliases it, because
+//     the stored bytes are shared by every consumer group, and (with an
+//     Appender) reused for a later record once every group is past them;
+//     a handler that mutates its value must not be able to change the
+//     record for others. [RawBytes] is the one exception: it hands out the
+//     stored bytes themselves, valid until the handler returns.
+//   - Both must be safe for concurrent use: publishers and consumers call
+//     them from many goroutines at once. Every codec in this package is
+//     stateless, so it needs no lock.
 type Codec[T any] interface {
 	Encode(v T) ([]byte, error)
 	Decode(data []byte) (T, error)
@@ -64,15 +62,15 @@ type Codec[T any] interface {
 // already has. A topic whose codecs are Appenders encodes each record into
 // the buffers of a record it freed earlier (one every group had committed
 // past), so a steady stream of small records allocates nothing for their
-// bytes. That reuse is safe only because of Decode's rule above: no decoded
-// value may share memory with the record it came from (or, for RawBytes,
-// outlive the handler it was given to).
+// bytes. That reuse is safe only because of Decode's rule ([Codec]): no
+// decoded value may share memory with the record it came from (or, for
+// [RawBytes], outlive the handler it was given to).
 //
 // AppendEncode appends the encoding of v to dst and returns the extended
 // slice, with the same bytes Encode would return; where Encode returns nil,
-// it may return nil too, dropping dst (Bytes does, to keep a nil value apart
-// from an empty one). Bytes, String and Int are
-// Appenders; JSON, Gob and Func are not (they allocate their encoding
+// it may return nil too, dropping dst ([Bytes] does, to keep a nil value
+// apart from an empty one). Bytes, [RawBytes], [String] and [Int] are
+// Appenders; [JSON], [Gob] and [Func] are not (they allocate their encoding
 // anyway, so there is nothing to save).
 type Appender[T any] interface {
 	Codec[T]
@@ -81,12 +79,12 @@ type Appender[T any] interface {
 
 // ErrEncode is wrapped by every error returned from Encode by the codecs in
 // this package, so callers can tell encoding failures from other errors.
-// Match it with errors.Is, not ==: the returned errors add context to it.
+// Match it with [errors.Is], not ==: the returned errors add context to it.
 var ErrEncode = errors.New("codec: cannot encode")
 
 // ErrDecode is wrapped by every error returned from Decode by the codecs in
 // this package, so callers can tell a malformed record from other failures.
-// Match it with errors.Is, not ==: the returned errors add context to it.
+// Match it with [errors.Is], not ==: the returned errors add context to it.
 var ErrDecode = errors.New("codec: cannot decode")
 
 // Func returns a Codec that calls encode and decode. It is the adapter for
@@ -95,14 +93,14 @@ var ErrDecode = errors.New("codec: cannot decode")
 // The returned Codec is safe for concurrent use if encode and decode are. It
 // passes slices through without copying, so the functions themselves must
 // return a fresh slice from encode and must not retain or alias the data
-// passed to decode (see the package documentation for why).
+// passed to decode ([Codec] says why).
 //
-// Errors from encode are wrapped with ErrEncode and errors from decode with
-// ErrDecode, unless they already wrap it; the original error stays reachable
-// with errors.Is and errors.As. A nil encode or decode does not panic: the
-// corresponding method returns an error wrapping ErrEncode or ErrDecode, so a
-// misconfigured topic fails on use instead of at start-up. Panics raised by
-// encode or decode are not recovered.
+// Errors from encode are wrapped with [ErrEncode] and errors from decode
+// with [ErrDecode], unless they already wrap it; the original error stays
+// reachable with [errors.Is] and [errors.As]. A nil encode or decode does
+// not panic: the corresponding method returns an error wrapping ErrEncode
+// or ErrDecode, so a misconfigured topic fails on use instead of at
+// start-up. Panics raised by encode or decode are not recovered.
 func Func[T any](encode func(T) ([]byte, error), decode func([]byte) (T, error)) Codec[T] {
 	return funcCodec[T]{encode: encode, decode: decode}
 }

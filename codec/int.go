@@ -16,7 +16,7 @@ import (
 // systems), so prefer sized types for records that leave the process.
 //
 // Encode allocates exactly width bytes and never fails. Decode allocates
-// nothing on success and returns an error wrapping ErrDecode unless
+// nothing on success and returns an error wrapping [ErrDecode] unless
 // len(data) equals the width: a record of the wrong length was not written by
 // this codec, and silently padding or truncating it would invent a value.
 //

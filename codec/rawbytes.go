@@ -1,17 +1,17 @@
 package codec
 
 // RawBytes returns a Codec for byte slices whose Decode does not copy: the
-// slice a handler gets is the log's own memory, as a database/sql.RawBytes
-// is the driver's. It is for consumers that only read a value during the
-// call that delivers it, such as one that parses the bytes or writes them
-// on to a file or a socket, and it saves the allocation and the copy that
-// Bytes makes for every delivery.
+// slice a handler gets is the log's own memory, as a
+// [database/sql.RawBytes] is the driver's. It is for consumers that only
+// read a value during the call that delivers it, such as one that parses
+// the bytes or writes them on to a file or a socket, and it saves the
+// allocation and the copy that [Bytes] makes for every delivery.
 //
-// It is the one exception to Decode's rule (see the package documentation),
-// and it puts this rule in its place: a decoded value is valid until the
-// handler that got it returns (a Stream delivery's, until it is acked or
-// nacked or its Stream closes), and nobody may write to it. After that the
-// log may reuse its memory for a later record. So a handler that keeps a
+// It is the one exception to Decode's rule ([Codec]), and it puts this
+// rule in its place: a decoded value is valid until the handler that got
+// it returns (a Stream delivery's, until it is acked or nacked or its
+// Stream closes), and nobody may write to it. After that the log may reuse
+// its memory for a later record. So a handler that keeps a
 // value, or passes it to another goroutine, must copy it first
 // (bytes.Clone), and a test that records the values it receives must use
 // Bytes. A handler that writes to a value changes what the other consumer

@@ -1,7 +1,7 @@
 // Package debughttp serves a logbus broker's debug page: an HTML overview
 // of its topics, partitions and consumer groups (assignment, lag in records
 // and in time, deliveries in flight and stuck handlers) and of the recent
-// dead letters, with their errors and sizes, and with WithPayloads a safe
+// dead letters, with their errors and sizes, and with [WithPayloads] a safe
 // preview of their bytes. The page refreshes itself. Every view is also
 // JSON, for ?format=json or an Accept header naming application/json.
 //
@@ -24,14 +24,14 @@
 //
 // Every response is bounded, however large the broker: the overview and a
 // topic's view summarise groups without their partitions; a topic's and a
-// group's views list 256 partitions at a time (?first=N starts at
-// partition N; the JSON's "page" says where the next page starts); a
-// group lists at most 1024 consumers and each consumer at most 64 of its
-// partitions; a dead letter's error is cut at 1 KiB and its headers at 32
-// (names at 128 bytes, values at 256); counts beside each say how many
-// there are in all. Each request builds only the view it asks for, from
-// one Broker.Snapshot and the newest dead letters of the groups it shows
-// (read for at most 5 seconds in all): it never waits for a handler.
+// group's views list 256 partitions at a time (?first=N starts at partition
+// N; the JSON's "page" says where the next page starts); a group lists at
+// most 1024 consumers and each consumer at most 64 of its partitions; a
+// dead letter's error is cut at 1 KiB and its headers at 32 (names at 128
+// bytes, values at 256); counts beside each say how many there are in all.
+// Each request builds only the view it asks for, from one
+// [pubsub.Broker.Snapshot] and the newest dead letters of the groups it
+// shows (read for at most 5 seconds in all): it never waits for a handler.
 //
 // An error answers in the format the client asked for: JSON for an Accept
 // header naming application/json (or ?format=json), a page for a browser
@@ -40,7 +40,7 @@
 //
 // # Actions
 //
-// The page is read-only unless WithActions is given: without it every POST
+// The page is read-only unless [WithActions] is given: without it every POST
 // is refused with 403 Forbidden. With it, the actions are POST requests
 // only (a GET is 405 Method Not Allowed), and cross-origin browser requests
 // are refused with 403 (http.CrossOriginProtection), so another site cannot
@@ -48,23 +48,23 @@
 // browser's Origin and Sec-Fetch-Site headers (curl, scripts) are allowed.
 //
 // The actions' form fields: replay needs from=earliest, latest, offset
-// (with offset=N) or time (with time=RFC 3339), and has no default, so
-// that a typo cannot rewind a group; redrive and discard need id=ID
-// (repeated) or all=1, and answer how many dead letters they moved. Delete
-// (Broker.DeleteGroup, Broker.DeleteTopic) takes no field; the page's
-// buttons that delete or discard ask for confirmation first. A browser is
-// sent back to the page that remains (303 See Other), which says what was
-// done; a JSON client gets {"ok": true, ...}, anyone else a line of text.
-// Actions wait as the methods they call do, at most 5 seconds; one that
-// reaches that deadline answers 504 Gateway Timeout, saying what it did so
-// far, except a deletion, which then took place all the same and answers
-// so.
+// (with offset=N) or time (with time=RFC 3339), and has no default, so that
+// a typo cannot rewind a group; redrive and discard need id=ID (repeated)
+// or all=1, and answer how many dead letters they moved. Delete
+// ([pubsub.Broker.DeleteGroup], [pubsub.Broker.DeleteTopic]) takes no
+// field; the page's buttons that delete or discard ask for confirmation
+// first. A browser is sent back to the page that remains (303 See Other),
+// which says what was done; a JSON client gets {"ok": true, ...}, anyone
+// else a line of text. Actions wait as the methods they call do, at most 5
+// seconds; one that reaches that deadline answers 504 Gateway Timeout,
+// saying what it did so far, except a deletion, which then took place all
+// the same and answers so.
 //
 // # DNS rebinding
 //
 // With WithActions or WithPayloads, the handler also refuses with 403
 // every request whose Host header is not localhost (or a name under
-// .localhost), an IP address, or a name given to WithAllowedHosts. This
+// .localhost), an IP address, or a name given to [WithAllowedHosts]. This
 // stops DNS rebinding: a hostile site whose name is made to resolve to the
 // machine running the page passes the cross-origin check (its Origin, Host
 // and Sec-Fetch-Site agree), but its Host is still its own name. A token
@@ -109,7 +109,7 @@ import (
 // panic, so that a bad configuration value cannot take a program down
 // with its debug page: the handler then answers every request with 500
 // Internal Server Error and an error naming the options, which wraps
-// pubsub.ErrInvalid.
+// [pubsub.ErrInvalid].
 func Handler(b *pubsub.Broker, opts ...Option) http.Handler {
 	if b == nil {
 		panic("debughttp: Handler of a nil *pubsub.Broker")
@@ -327,7 +327,8 @@ func writeText(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
-	// One line, whatever the error says (errors.Join puts its errors on lines of their own).
+	// One line, whatever the error says (errors.Join puts its errors on
+	// lines of their own).
 	_, _ = io.WriteString(w, strings.ReplaceAll(msg, "\n", "; ")+"\n") // the client went away: nothing to do
 }
 
@@ -373,7 +374,8 @@ var tmpl = template.Must(template.New("page.html").Funcs(template.FuncMap{
 	"plus":  func(a, b int) int { return a + b },
 	"ints":  joinInts,
 	"list":  func(t *topicView) []topicView { return []topicView{*t} },
-	// args passes named values to a nested template: args "Root" .Root "Group" $g.
+	// args passes named values to a nested template: args "Root" .Root
+	// "Group" $g.
 	"args": func(kv ...any) (map[string]any, error) {
 		if len(kv)%2 != 0 {
 			return nil, errors.New("args: odd number of arguments")

@@ -15,7 +15,7 @@ func (c *config) guarded() bool { return c.actions || c.payloads }
 // hostAllowed reports whether r's Host names the handler in a way DNS
 // rebinding cannot forge: localhost or a name under .localhost (which
 // browsers resolve to loopback themselves), an IP address (which no DNS
-// answer can change), or a name given to WithAllowedHosts. A request
+// answer can change), or a name given to [WithAllowedHosts]. A request
 // without a Host (HTTP/1.0) is allowed: no browser sends one.
 func (c *config) hostAllowed(r *http.Request) bool {
 	host := hostname(r.Host)

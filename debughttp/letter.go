@@ -13,7 +13,7 @@ import (
 const redacted = "[redacted]"
 
 // letter is what the pages show of l: its error's first errorLimit bytes;
-// its bytes previewed only with WithPayloads, its secret headers redacted
+// its bytes previewed only with [WithPayloads], its secret headers redacted
 // even then.
 func (c *config) letter(l pubsub.DeadLetter[[]byte]) letterView {
 	lv := letterView{ID: l.Message.ID, Partition: l.Message.Partition, Offset: l.Message.Offset, Attempts: l.Attempts,

@@ -45,12 +45,12 @@ func WithActions() Option { return optionFunc(func(c *config) { c.actions = true
 //
 // Even with WithPayloads, the values of the headers named Authorization,
 // Proxy-Authorization, Cookie and Set-Cookie, and of those named with
-// WithRedactedHeaders, read "[redacted]". A dead letter's error is shown
+// [WithRedactedHeaders], read "[redacted]". A dead letter's error is shown
 // either way (its first KiB): it is the handler's text, and should not
 // quote secrets.
 func WithPayloads() Option { return optionFunc(func(c *config) { c.payloads = true }) }
 
-// WithRedactedHeaders adds header names whose values WithPayloads must
+// WithRedactedHeaders adds header names whose values [WithPayloads] must
 // not show, to those it always redacts (Authorization,
 // Proxy-Authorization, Cookie, Set-Cookie). Names match without regard to
 // case. An empty name is invalid (ErrInvalid, see Handler).
@@ -67,7 +67,7 @@ func WithRedactedHeaders(names ...string) Option {
 }
 
 // WithAllowedHosts adds host names that requests may name in their Host
-// header when WithActions or WithPayloads is on, besides localhost, the
+// header when [WithActions] or [WithPayloads] is on, besides localhost, the
 // names under .localhost and IP addresses, which are always allowed; see
 // the package doc for why. Names match without regard to case, and a port
 // given with a name is ignored (any port is allowed). An empty name is
@@ -91,8 +91,9 @@ func WithRefresh(d time.Duration) Option { return optionFunc(func(c *config) { c
 
 // WithDeadLetters sets how many of each group's newest dead letters the
 // pages show, overriding the default of 20. They are read with
-// Group.LatestDeadLetters, which neither copies nor decodes the others; 0 shows none (the counts
-// stay), and a negative n is invalid (ErrInvalid, see Handler).
+// [pubsub.Group.LatestDeadLetters], which neither copies nor decodes the
+// others; 0 shows none (the counts stay), and a negative n is invalid
+// (ErrInvalid, see Handler).
 func WithDeadLetters(n int) Option { return optionFunc(func(c *config) { c.letters = n }) }
 
 func newConfig(opts []Option) (config, error) {
@@ -109,7 +110,7 @@ func newConfig(opts []Option) (config, error) {
 	return c, c.validate()
 }
 
-// validate checks the options' values; its error wraps pubsub.ErrInvalid.
+// validate checks the options' values; its error wraps [pubsub.ErrInvalid].
 func (c *config) validate() error {
 	var errs []error
 	if c.nils > 0 {

@@ -15,7 +15,7 @@ const previewLimit = 256
 // preview is a safe look at bytes of unknown content: the page escapes it
 // like any text, and it never carries a control or format character that
 // could disguise what is shown (a bidi override, a zero-width space).
-// Without WithPayloads only Size is set.
+// Without [WithPayloads] only Size is set.
 type preview struct {
 	Encoding  string `json:"encoding,omitempty"` // "utf-8", "hex", or "" for no bytes or none shown
 	Text      string `json:"text,omitempty"`

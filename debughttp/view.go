@@ -156,7 +156,7 @@ type groupPartitionView struct {
 	Redriving      int     `json:"redriving"`
 }
 
-// letterView is one dead letter: its bytes' sizes, and with WithPayloads
+// letterView is one dead letter: its bytes' sizes, and with [WithPayloads]
 // their previews.
 type letterView struct {
 	ID             string    `json:"id"`
@@ -172,7 +172,7 @@ type letterView struct {
 	Value          preview   `json:"value"`
 	NumHeaders     int       `json:"num_headers"`
 	HeaderBytes    int       `json:"header_bytes"` // their names' and values' bytes
-	// Headers, with WithPayloads only: the first headerLimit by name, each
+	// Headers, with [WithPayloads] only: the first headerLimit by name, each
 	// name cut to headerKeyLimit bytes and each value to previewLimit.
 	Headers          map[string]string `json:"headers,omitempty"`
 	HeadersTruncated bool              `json:"headers_truncated,omitempty"` // Headers shows only some

@@ -9,8 +9,8 @@ import "context"
 // PublishAsync returns (the in-memory engine, whose append is immediate).
 //
 // AppendAsync admits rec to the end of partition, or refuses it: it
-// returns an error only when the record was not admitted (ErrClosed once
-// Close began, ErrInvalid for a record the engine cannot store, ctx's
+// returns an error only when the record was not admitted ([ErrClosed] once
+// Close began, [ErrInvalid] for a record the engine cannot store, ctx's
 // error when it ended while the engine waited to admit it), and then
 // nothing is stored and done is never called. Otherwise the record and
 // its bytes belong to the engine, ctx no longer matters, and done is

@@ -9,7 +9,7 @@ import (
 // BatchSubscriber is implemented by an engine that can hand a consumer the
 // records of a partition in batches (the Batches capability). It is
 // optional: an engine without it still implements Engine, and the typed
-// layer refuses a batch consumer on it with ErrInvalid.
+// layer refuses a batch consumer on it with [ErrInvalid].
 type BatchSubscriber interface {
 	// SubscribeBatch is Subscribe for a consumer whose handler takes
 	// batches. A group may mix batch and per-record consumers: each
@@ -19,7 +19,7 @@ type BatchSubscriber interface {
 
 // Batch is one attempt to deliver consecutive records of one partition, in
 // offset order, to a consumer. The engine fills it and hands it to the
-// consumer's BatchHandler; it, its slices and the Records they point to are
+// consumer's [BatchHandler]; it, its slices and the Records they point to are
 // valid until the handler returns.
 type Batch struct {
 	Topic     string
@@ -31,11 +31,11 @@ type Batch struct {
 	// always a first attempt (1).
 	Attempt int
 	// Revoked is closed when the group wants the partition back, as
-	// Delivery.Revoked.
+	// [Delivery.Revoked].
 	Revoked <-chan struct{}
 }
 
-// BatchHandler processes one batch. nil acks every record. A *BatchError
+// BatchHandler processes one batch. nil acks every record. A [*BatchError]
 // acks the records before its Index and fails the one at it with its Err;
 // the records after it are delivered again once it is settled. Any other
 // error, or a panic, fails the first record (and so the whole batch is
@@ -57,21 +57,21 @@ func (e *BatchError) Error() string {
 	return fmt.Sprintf("batch record %d: %v", e.Index, e.Err)
 }
 
-// Unwrap returns Err, so errors.Is sees ErrPermanent through a BatchError.
+// Unwrap returns Err, so errors.Is sees [ErrPermanent] through a [BatchError].
 func (e *BatchError) Unwrap() error { return e.Err }
 
 // BatchSpec is how a batch consumer takes its batches. Zero fields mean the
 // defaults.
 type BatchSpec struct {
 	// MaxSize is the most records in one batch; default 64, at most
-	// MaxBatchSize.
+	// [MaxBatchSize].
 	MaxSize int
 	// MaxWait is how long a consumer that found fewer than MaxSize records
 	// waits for more before it takes what it has; 0 takes them at once.
 	MaxWait time.Duration
 }
 
-// Limits and defaults of BatchSpec.
+// Limits and defaults of [BatchSpec].
 const (
 	DefaultBatchSize = 64
 	// MaxBatchSize bounds MaxSize: a worker keeps a slot per record of

@@ -14,7 +14,7 @@ type FullPolicy int
 const (
 	// Block makes the producer wait for the groups to make room, at most
 	// BlockTimeout and never past its context, then fail with
-	// ErrBackpressure. A partition no group reads never waits: see
+	// [ErrBackpressure]. A partition no group reads never waits: see
 	// Partition.
 	Block FullPolicy = iota
 	// DropOldest evicts the oldest record, read or not, and counts it.
@@ -34,7 +34,7 @@ type Retention struct {
 	MaxBytes     int64         // bytes held at most, as RecordBytes counts them; 0 means no byte bound
 }
 
-// RecordBytes is what a record counts against Retention.MaxBytes: its key,
+// RecordBytes is what a record counts against [Retention.MaxBytes]: its key,
 // its value, and the keys and values of its headers. The record's own
 // bookkeeping is not counted. Headers count because they are payload a
 // publisher chooses: uncounted, a partition bounded at 64 KiB held 255 MiB
@@ -47,9 +47,9 @@ func RecordBytes(rec *Record) int64 {
 	return n
 }
 
-// DescribeSize says what rec counts against MaxBytes, part by part, for
-// an error: "11 bytes (key 3 + value 8)", with "+ headers n" when it has
-// headers.
+// DescribeSize says what rec counts against [Retention.MaxBytes], part by
+// part, for an error: "11 bytes (key 3 + value 8)", with "+ headers n" when
+// it has headers.
 func DescribeSize(rec *Record) string {
 	if rec.Headers == nil {
 		return fmt.Sprintf("%d bytes (key %d + value %d)", RecordBytes(rec), len(rec.Key), len(rec.Value))
@@ -58,7 +58,7 @@ func DescribeSize(rec *Record) string {
 		RecordBytes(rec), len(rec.Key), len(rec.Value), headerBytes(rec.Headers))
 }
 
-// headerBytes is the bytes of h's keys and values. Apart from RecordBytes
+// headerBytes is the bytes of h's keys and values. Apart from [RecordBytes]
 // so that a record without headers costs a nil check.
 func headerBytes(h map[string]string) int64 {
 	var n int64
@@ -76,7 +76,7 @@ const (
 
 // Resolve checks r and fills its zero fields with the defaults. It is where
 // a retention is validated; the limits that also depend on the partition
-// count are checked by TopicSpec.Resolve.
+// count are checked by [TopicSpec.Resolve].
 func (r Retention) Resolve() (Retention, error) {
 	switch {
 	case r.MaxMessages < 0:
@@ -107,8 +107,8 @@ type PartitionStats struct {
 	Earliest int64 // offset of the oldest retained record
 	End      int64 // offset the next record will get
 	Retained int   // records held now
-	// RetainedBytes is the bytes of the records held now (RecordBytes),
-	// what Retention.MaxBytes bounds.
+	// RetainedBytes is the bytes of the records held now ([RecordBytes]),
+	// what [Retention.MaxBytes] bounds.
 	RetainedBytes int64
 	Reclaimed     int64 // records freed after every group had committed past them
 	Dropped       int64 // records DropOldest evicted, or trimmed from a full partition no group reads
@@ -126,7 +126,7 @@ type RetryPolicy struct {
 	MaxDelay    time.Duration // cap on any one wait; default 1s
 }
 
-// Defaults of RetryPolicy.
+// Defaults of [RetryPolicy].
 const (
 	DefaultMaxAttempts = 3
 	DefaultBaseDelay   = 10 * time.Millisecond
@@ -189,14 +189,14 @@ type TopicSpec struct {
 // Retention says what each costs). Without limits, a typo became an
 // out-of-memory crash or a NewTopic that did not return: 1,000,000
 // partitions of the default 1024 records ask for about 10 GB of
-// bookkeeping. Past these limits a topic is ErrInvalid, naming the limit,
+// bookkeeping. Past these limits a topic is [ErrInvalid], naming the limit,
 // before anything is allocated.
 //
-//   - MaxPartitions (65,536): partitions are the unit of parallelism, and
+//   - [MaxPartitions] (65,536): partitions are the unit of parallelism, and
 //     each group runs a goroutine per partition (a few KiB of stack each);
 //     65,536 is far more than the cores of any machine can use, and their
 //     fixed cost stays in the tens of MiB.
-//   - MaxTopicMessages (16 Mi): partitions × MaxMessages, the ring slots
+//   - [MaxTopicMessages] (16 Mi): partitions × MaxMessages, the ring slots
 //     NewTopic commits at once, 128 MiB of them. Measured on a loaded
 //     2-core machine: 130 MiB allocated in 5-330 ms for one partition of
 //     16 Mi, 188 MiB in 0.09-2.4 s for 65,536 partitions of 256, against
@@ -212,7 +212,7 @@ const (
 )
 
 // Resolve checks c and fills its zero fields with the defaults: with
-// Retention.Resolve, the one place a topic's configuration is validated.
+// [Retention.Resolve], the one place a topic's configuration is validated.
 func (c TopicSpec) Resolve(name string) (TopicSpec, error) {
 	switch {
 	case name == "":
@@ -269,9 +269,10 @@ func KeyWindowSize(n int) int { return max(64, 16*n) }
 
 // Resolve checks c and fills its zero fields as the group will use them:
 // Retry, when zero, is retry (the broker's policy, already resolved), and
-// is resolved otherwise; DeadLetterLimit 0 is DefaultDeadLetterLimit (and
-// NoDeadLetters stays as it is); KeyConcurrency 0 is 1. It is where a group's configuration is
-// validated; two specs that resolve Equal configure the same group.
+// is resolved otherwise; DeadLetterLimit 0 is [DefaultDeadLetterLimit] (and
+// [NoDeadLetters] stays as it is); KeyConcurrency 0 is 1. It is where a
+// group's configuration is validated; two specs that resolve
+// [GroupSpec.Equal] configure the same group.
 func (c GroupSpec) Resolve(retry RetryPolicy) (GroupSpec, error) {
 	if c.Retry == (RetryPolicy{}) {
 		c.Retry = retry
@@ -318,7 +319,7 @@ const (
 )
 
 // Start says where a group reads from in a partition. The zero Start is
-// StartEarliest.
+// [StartEarliest].
 type Start struct {
 	Kind   StartKind
 	Offset int64
@@ -380,7 +381,7 @@ type DeadLetter struct {
 	FailedAt  time.Time
 	// Truncated is set when the engine could not store the whole record
 	// with the letter (a distributed engine's server limits the size of
-	// what it stores) and kept it without its value (Record.Value empty),
+	// what it stores) and kept it without its value ([Record.Value] empty),
 	// or also without its key and headers (nil); ValueSize is then the
 	// value's length in bytes. An engine that keeps every letter whole
 	// leaves both zero.
@@ -394,7 +395,7 @@ const DefaultDeadLetterLimit = 1024
 // NoDeadLetters is the DeadLetterLimit of a group that keeps no dead
 // letters (pubsub.WithDeadLetterLimit(0)): each record it gives up on is
 // counted as dead-lettered and as evicted at once, and observed, but not
-// kept. An engine that cannot honour it refuses it with ErrInvalid, as it
+// kept. An engine that cannot honour it refuses it with [ErrInvalid], as it
 // does any other negative limit.
 const NoDeadLetters = -1
 
@@ -421,8 +422,8 @@ type Config struct {
 	// one that does not ignores it.
 	Observer Observer
 	// StuckAfter, when positive, makes the engine report a delivery
-	// running longer than this (EventStuck) and say how long deliveries
-	// have run in its Snapshot. Only an engine with the StuckDetection
+	// running longer than this ([EventStuck]) and say how long deliveries
+	// have run in its Snapshot. Only an engine with the [StuckDetection]
 	// capability does; the typed layer refuses it for the others.
 	StuckAfter time.Duration
 }

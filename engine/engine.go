@@ -1,11 +1,11 @@
 // Package engine is the boundary between logbus's typed API (package
-// pubsub) and the engines that store and deliver records, on the model of
-// database/sql/driver: users never import it; an engine author implements
-// it, and users pass the engine's [Driver] to pubsub.WithEngine. The
-// in-memory log (the default) and the JetStream engine (a module of its
-// own) are built on it, and an engine outside this repository can be too:
-// its tests run the conformance suite of
-// github.com/logbus/logbus/pubsub/pubsubtest/conformance against it.
+// [github.com/logbus/logbus/pubsub]) and the engines that store and deliver
+// records, on the model of [database/sql/driver]: users never import it; an
+// engine author implements it, and users pass the engine's [Driver] to
+// pubsub.WithEngine. The in-memory log (the default) and the JetStream
+// engine (a module of its own) are built on it, and an engine outside this
+// repository can be too: its tests run the conformance suite of
+// [github.com/logbus/logbus/pubsub/pubsubtest/conformance] against it.
 //
 // Everything that crosses the boundary is here: the interfaces an engine
 // implements, and the plain data that passes through them (records,
@@ -69,24 +69,24 @@ type Engine interface {
 	// Capabilities says which of the promises that only some engines keep
 	// this one keeps.
 	Capabilities() Capabilities
-	// CreateTopic creates a topic. A name already taken is ErrTopicExists;
-	// a spec the engine cannot honour, ErrInvalid.
+	// CreateTopic creates a topic. A name already taken is [ErrTopicExists];
+	// a spec the engine cannot honour, [ErrInvalid].
 	CreateTopic(ctx context.Context, name string, spec TopicSpec) (Topic, error)
 	// Subscribe adds consumer to group on topic, creating the group with
-	// spec on first use; joining with another spec is ErrSubscription.
+	// spec on first use; joining with another spec is [ErrSubscription].
 	// onLeave, when not nil, is called once the consumer has left and no
 	// delivery to it is in flight, by Leave or by Close.
 	Subscribe(ctx context.Context, topic, group, consumer string, h Handler, onLeave func(), spec GroupSpec) (Group, error)
-	// Group returns an existing group: ErrTopicNotFound or ErrSubscription
+	// Group returns an existing group: [ErrTopicNotFound] or [ErrSubscription]
 	// when there is none.
 	Group(ctx context.Context, topic, group string) (Group, error)
 	// Drain returns nil once every group has committed every record
-	// published before the call; ErrStalled at once for a group with lag
+	// published before the call; [ErrStalled] at once for a group with lag
 	// that cannot move; ctx's error, wrapped, when ctx ends first.
 	Drain(ctx context.Context) error
 	// Close refuses new work, drains what can be drained, stops every
 	// delivery and returns by the time ctx ends (plus a short grace),
-	// reporting what was left in a *ShutdownError.
+	// reporting what was left in a [*ShutdownError].
 	Close(ctx context.Context) error
 	// State is the engine's lifecycle stage.
 	State() State
@@ -144,8 +144,8 @@ type Record struct {
 	Value   []byte
 	Headers map[string]string // nil when there were none
 	Created time.Time
-	// ID is the record's ID when the publisher set one (an IDSource);
-	// empty when the engine names it (Delivery.ID has it either way).
+	// ID is the record's ID when the publisher set one (an [IDSource]);
+	// empty when the engine names it ([Delivery.ID] has it either way).
 	ID string
 }
 
@@ -161,21 +161,21 @@ type Delivery struct {
 	// Revoked is closed when the group wants the partition back: a pause,
 	// a seek or replay, a rebalance that moves it, or Close. A handler
 	// that has not yet handed the record to anyone may give it back at
-	// once by returning ErrNotDelivered.
+	// once by returning [ErrNotDelivered].
 	Revoked <-chan struct{}
 }
 
 // Handler processes one delivery: nil acks it, an error (or a panic) is a
-// failed attempt, and ErrAbandoned or ErrNotDelivered give it back
+// failed attempt, and [ErrAbandoned] or [ErrNotDelivered] give it back
 // unsettled. Calls for one partition never overlap, unless the group's
-// GroupSpec.KeyConcurrency is above 1: then up to that many do, never two
+// [GroupSpec.KeyConcurrency] is above 1: then up to that many do, never two
 // for records with equal keys. ctx ends only when Close gives up on
 // draining.
 type Handler func(ctx context.Context, d *Delivery) error
 
 // Capabilities is a set of the promises that only some engines keep: an
-// engine declares its own with Engine.Capabilities, the typed layer refuses
-// (ErrInvalid) an option that needs one the engine lacks, and the
+// engine declares its own with [Engine.Capabilities], the typed layer refuses
+// ([ErrInvalid]) an option that needs one the engine lacks, and the
 // conformance suite checks each one an engine declares. Each promise is
 // one bit, stated once, below.
 type Capabilities uint32
@@ -184,44 +184,44 @@ type Capabilities uint32
 func (c Capabilities) Has(want Capabilities) bool { return c&want == want }
 
 // The promises that only some engines keep. An option that needs one an
-// engine lacks is an error wrapping ErrInvalid, never silently different
+// engine lacks is an error wrapping [ErrInvalid], never silently different
 // behaviour.
 const (
 	// InjectedClock: the engine stamps records, trims by age and dates dead
-	// letters with Config.Clock.
+	// letters with [Config.Clock].
 	InjectedClock Capabilities = 1 << iota
-	// CustomIDs: the engine names records with Config.IDs.
+	// CustomIDs: the engine names records with [Config.IDs].
 	CustomIDs
 	// ExactBlock: Block waits for the slowest group to commit, at most
-	// BlockTimeout per record, then fails with ErrBackpressure naming it.
+	// BlockTimeout per record, then fails with [ErrBackpressure] naming it.
 	ExactBlock
 	// ReclaimOnCommit: a full partition frees the records every group has
-	// committed past (PartitionStats.Reclaimed), so a producer waiting
+	// committed past ([PartitionStats.Reclaimed]), so a producer waiting
 	// under Block gets room once the slowest group commits. (Whether
 	// NewRecord hands out a freed record's buffers is the engine's own
-	// affair: see Topic.NewRecord.)
+	// affair: see [Topic.NewRecord].)
 	ReclaimOnCommit
-	// GiveBack: a delivery given back with ErrNotDelivered counts no
+	// GiveBack: a delivery given back with [ErrNotDelivered] counts no
 	// attempt.
 	GiveBack
 	// VirtualTime: the engine runs inside a testing/synctest bubble, so
 	// its waits (backoff, BlockTimeout) are exact in virtual time.
 	VirtualTime
-	// Observed: the engine reports its events to Config.Observer.
+	// Observed: the engine reports its events to [Config.Observer].
 	Observed
-	// StuckDetection: the engine honours Config.StuckAfter.
+	// StuckDetection: the engine honours [Config.StuckAfter].
 	StuckDetection
-	// Batches: the engine is a BatchSubscriber, and delivers a batch
-	// consumer's records in batches as BatchHandler says.
+	// Batches: the engine is a [BatchSubscriber], and delivers a batch
+	// consumer's records in batches as [BatchHandler] says.
 	Batches
-	// DropsOldest: the engine honours Retention.OnFull = DropOldest,
-	// counting what it evicts in PartitionStats.Dropped.
+	// DropsOldest: the engine honours [Retention.OnFull] = [DropOldest],
+	// counting what it evicts in [PartitionStats.Dropped].
 	DropsOldest
-	// MaxAge: the engine trims records older than Retention.MaxAge (by
-	// Config.Clock when it has InjectedClock).
+	// MaxAge: the engine trims records older than [Retention.MaxAge] (by
+	// [Config.Clock] when it has [InjectedClock]).
 	MaxAge
 	// MaxBytes: the engine bounds the bytes a partition retains by
-	// Retention.MaxBytes, counting at least what RecordBytes counts (one
+	// [Retention.MaxBytes], counting at least what [RecordBytes] counts (one
 	// that counts its own overhead too holds less). The typed layer
 	// refuses a record larger than the bound before it reaches the
 	// engine.
@@ -237,7 +237,7 @@ const (
 	// GaplessAsync: what a partition stored of its asynchronous publishes
 	// is always a prefix of them in append order, whatever fails: once a
 	// record fails, none appended before its failure was reported is
-	// stored after it (see AsyncAppender). An engine that appends
+	// stored after it (see [AsyncAppender]). An engine that appends
 	// asynchronous records with AppendOne, one at a time, keeps it.
 	GaplessAsync
 	// KeyConcurrency: the engine honours GroupSpec.KeyConcurrency above 1.
@@ -294,9 +294,9 @@ func (c Capabilities) String() string {
 }
 
 // RecordIDer is implemented by a Topic that can tell the ID of a record it
-// stored, for the typed layer's publish hooks (Delivery.ID is the same
+// stored, for the typed layer's publish hooks ([Delivery.ID] is the same
 // ID). It is optional. RecordID returns "" when it cannot tell: a record
-// named by an IDSource that is no longer retained, say.
+// named by an [IDSource] that is no longer retained, say.
 type RecordIDer interface {
 	RecordID(partition int, offset int64) string
 }
@@ -309,7 +309,7 @@ type Redriver interface {
 	// (every one when match is nil), oldest first, and delivers each again
 	// to this group only, its attempts counted from 1 again; it returns
 	// how many it took. match runs under no lock of the engine's. After
-	// Close it fails with ErrClosed.
+	// Close it fails with [ErrClosed].
 	Redrive(ctx context.Context, match func(*DeadLetter) bool) (int, error)
 }
 

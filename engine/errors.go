@@ -40,7 +40,7 @@ var (
 	ErrUnavailable = errors.New("engine unavailable")
 	// ErrAborted: an asynchronous publish that was not stored because a
 	// record ahead of it in its partition failed; the error wraps that
-	// record's error too (see AsyncAppender).
+	// record's error too (see [AsyncAppender]).
 	ErrAborted = errors.New("aborted: a record ahead of it in its partition failed")
 	// ErrOutcomeUnknown: a publish whose record was sent to the server but
 	// whose acknowledgement never came: it may or may not be stored.
@@ -53,14 +53,14 @@ var (
 // partition's next owner. It never reaches users.
 var ErrAbandoned = errors.New("delivery abandoned")
 
-// ErrNotDelivered is ErrAbandoned for a delivery that never reached the
+// ErrNotDelivered is [ErrAbandoned] for a delivery that never reached the
 // consumer (a Stream closed before anyone received it): the attempt is not
 // counted, so the next delivery carries the same attempt number.
 var ErrNotDelivered = fmt.Errorf("%w before it reached the consumer", ErrAbandoned)
 
 // DecodeError is the error of a record whose value the typed layer could
 // not decode: its handler returns it without calling the user's code. It
-// wraps ErrPermanent, so an engine dead-letters the record at once (it
+// wraps [ErrPermanent], so an engine dead-letters the record at once (it
 // would fail the same way again) and keeps the error as the letter's; an
 // engine that stores letters outside the process rebuilds it when it
 // reads them back, with Err carrying the codec error's text. The typed
@@ -76,10 +76,10 @@ func (e *DecodeError) Error() string {
 	return fmt.Sprintf("decode topic %q partition %d offset %d: %v", e.Topic, e.Partition, e.Offset, e.Err)
 }
 
-// Unwrap returns the codec's error and ErrPermanent.
+// Unwrap returns the codec's error and [ErrPermanent].
 func (e *DecodeError) Unwrap() []error { return []error{e.Err, ErrPermanent} }
 
-// Why a record was dead-lettered, as DeadLetterKind tells it from the
+// Why a record was dead-lettered, as [DeadLetterKind] tells it from the
 // letter's error: the words an engine stores with a letter and the typed
 // layer logs.
 const (

@@ -5,7 +5,7 @@ import "time"
 // Observer is told what happens inside an engine that the typed layer
 // cannot see: retries, dead letters, rebalances, backpressure, records
 // dropped, expired or skipped, handlers running too long. The typed layer
-// passes one in Config.Observer when something listens (hooks, a logger);
+// passes one in [Config.Observer] when something listens (hooks, a logger);
 // an engine calls it when it is not nil, and otherwise pays nothing but
 // that nil check.
 //
@@ -40,30 +40,30 @@ const (
 	// and began waiting for room. Partition.
 	EventBackpressureWait
 	// EventBackpressureTimeout: a producer gave up waiting. Partition,
-	// Delay (how long it waited), Err (wrapping ErrBackpressure).
+	// Delay (how long it waited), Err (wrapping [ErrBackpressure]).
 	EventBackpressureTimeout
-	// EventDrop: records were dropped to make room (DropOldest, or a full
+	// EventDrop: records were dropped to make room ([DropOldest], or a full
 	// partition no group reads). Partition, Count.
 	EventDrop
-	// EventExpire: records older than MaxAge were trimmed. Partition,
-	// Count.
+	// EventExpire: records older than [Retention.MaxAge] were trimmed.
+	// Partition, Count.
 	EventExpire
 	// EventSkip: a group found records trimmed before it read them and
 	// skipped them. Group, Partition, Offset (the first skipped), To (the
 	// offset it resumed at).
 	EventSkip
-	// EventStuck: a delivery has run longer than Config.StuckAfter. Group,
+	// EventStuck: a delivery has run longer than [Config.StuckAfter]. Group,
 	// Consumer, Partition, Offset, Attempt, Delay (how long it has run, at
 	// least StuckAfter). Reported once per delivery.
 	EventStuck
-	// EventUnstuck: a delivery reported by EventStuck has ended. As
+	// EventUnstuck: a delivery reported by [EventStuck] has ended. As
 	// EventStuck, Delay being about how long it ran.
 	EventUnstuck
 	// EventMembership: an engine that keeps a group's membership on a
 	// server could not follow it (Err: a heartbeat or the reading of the
 	// members and their deal failed), or can again after such a failure
 	// (Err nil, Delay how long it could not). Group. Reported when that
-	// changes, not on every failure; GroupSnapshot.MembershipErr holds the
+	// changes, not on every failure; [GroupSnapshot.MembershipErr] holds the
 	// latest.
 	EventMembership
 )
@@ -81,10 +81,10 @@ type Event struct {
 	Count     int64
 	Attempt   int
 	ID        string
-	// Record is the record concerned (EventRetry), shared with the log:
+	// Record is the record concerned ([EventRetry]), shared with the log:
 	// read-only.
 	Record *Record
-	// Letter is the dead letter (EventDeadLetter).
+	// Letter is the dead letter ([EventDeadLetter]).
 	Letter *DeadLetter
 	Delay  time.Duration
 	Err    error

@@ -57,7 +57,7 @@ type GroupSnapshot struct {
 	Observed time.Time
 	// MembershipErr is why this broker cannot follow the group's
 	// membership now, for an engine that keeps it on a server (see
-	// EventMembership): the latest failure of a heartbeat or of reading
+	// [EventMembership]): the latest failure of a heartbeat or of reading
 	// the members and their deal, nil once both succeed again, and always
 	// for an engine that keeps membership in process. MembershipErrSince
 	// is when the failures began.
@@ -95,7 +95,7 @@ type GroupPartitionSnapshot struct {
 	// there; -1 when no record is unsettled.
 	OldestUnsettled int64
 	// RunningFor is how long the delivery in flight has run, when the
-	// engine watches for stuck handlers (Config.StuckAfter); 0 when it
+	// engine watches for stuck handlers ([Config.StuckAfter]); 0 when it
 	// does not know. It is measured by sampling, so it may be short by up
 	// to half of StuckAfter.
 	RunningFor time.Duration

@@ -1,6 +1,6 @@
 package jetstream
 
-// Asynchronous publishing (engine.AsyncAppender): each partition is a
+// Asynchronous publishing ([engine.AsyncAppender]): each partition is a
 // pipe that keeps many records in flight on the broker's connection and
 // reports their outcomes in order.
 //
@@ -44,7 +44,7 @@ package jetstream
 // So a record is never stored twice (a resend is the same message ID), a
 // retry never stores a record after a later one, and a gap remains only
 // where the server itself refused a record and stored a later one. That
-// is why the engine does not declare engine.GaplessAsync.
+// is why the engine does not declare [engine.GaplessAsync].
 
 import (
 	"bytes"
@@ -123,7 +123,7 @@ func (e *eng) allPipes() []*pipeline {
 // while the partition recovers from a failure (see the top of this file),
 // and reports its outcome to done, in order, from the goroutine that
 // reads the server's answers (or the pipe's recovery). Every record
-// resolves within three request timeouts (WithRequestTimeout) of being
+// resolves within three request timeouts ([WithRequestTimeout]) of being
 // sent: one waiting for its answer, one asking the server about the
 // records whose answers did not come, one sending the first record not
 // stored again (plus BlockTimeout when its partition is full under
@@ -635,7 +635,7 @@ func ackSeq(data []byte) (uint64, bool) {
 
 // stopPipes resolves what the pipes still hold, for Close, once the typed
 // layer stopped waiting for them: a record sent and not answered fails
-// with ErrOutcomeUnknown, one not sent with ErrClosed. A pipe that
+// with [ErrOutcomeUnknown], one not sent with ErrClosed. A pipe that
 // recovers resolves its records itself (Close began: it stops at once);
 // stopPipes waits for it.
 func (e *eng) stopPipes() {

@@ -36,7 +36,7 @@ import (
 // (the server's duplicate window, two minutes by default) and the call
 // returns the offset of the copy the server kept.
 //
-// It is pubsub.ErrOutcomeUnknown (and engine.ErrOutcomeUnknown), the same
+// It is pubsub.ErrOutcomeUnknown (and [engine.ErrOutcomeUnknown]), the same
 // value under this package's name: errors.Is matches either.
 var ErrOutcomeUnknown = engine.ErrOutcomeUnknown
 
@@ -89,7 +89,7 @@ func (c *conn) boundedDo(ctx context.Context, f func(context.Context) error) err
 
 // deleting returns the context of a deletion's requests to the server:
 // ctx's values without its end, bounded by the request timeout. A
-// deletion takes effect whatever ctx does (engine.Deleter): ctx bounds
+// deletion takes effect whatever ctx does ([engine.Deleter]): ctx bounds
 // only the wait for deliveries in flight.
 func (c *conn) deleting(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), c.timeout)

@@ -41,10 +41,10 @@ const (
 	hdrValueSize = "Lb-Value-Size"
 )
 
-// A letter's hdrErrorKind is engine.DeadLetterKind of its error, so that
+// A letter's hdrErrorKind is [engine.DeadLetterKind] of its error, so that
 // one read back by another process (or after a restart) still matches the
 // right sentinel. Letters stored before it was named there say "failed"
-// where it says engine.KindExhausted, and read back the same.
+// where it says [engine.KindExhausted], and read back the same.
 
 // oneLine makes s fit in a header value.
 func oneLine(s string) string {
@@ -234,7 +234,7 @@ func refused(err error) bool {
 // store stores the dead letter of d's record in the group's
 // dead-letter stream, under message ID id (so a retried store is stored
 // once), counts it and reports it. The letter is shaped to fit on the
-// server: its error text cut to MaxErrorText; without the record's value
+// server: its error text cut to [MaxErrorText]; without the record's value
 // when the whole would pass the server's max_payload; also without its key
 // and headers when the headers alone would pass 64 KiB (Truncated). A
 // store the server refuses for its size is tried again at once in the
@@ -514,8 +514,8 @@ func (l *letters) latest(ctx context.Context, n int) ([]engine.DeadLetter, error
 // the newest letters it read: fewer than GroupSnapshot.DeadLetters, the
 // server's count, and LatestDeadLetters says why. Letters this process
 // made carry their original error; others an error with the same text
-// that matches the same sentinels: a *engine.DecodeError, an
-// *engine.PanicError (its Value the panic's text, no stack) or an error
+// that matches the same sentinels: a [*engine.DecodeError], an
+// [*engine.PanicError] (its Value the panic's text, no stack) or an error
 // wrapping ErrPermanent. After Close it answers from what Close read;
 // none once the group was deleted.
 func (l *letters) all() []engine.DeadLetter {
@@ -534,7 +534,7 @@ func (l *letters) all() []engine.DeadLetter {
 }
 
 // latestN returns the group's newest n dead letters, newest
-// first (engine.DeadLetterReader), reading them from the last backwards
+// first ([engine.DeadLetterReader]), reading them from the last backwards
 // by batches: its cost is in n, not in how many letters the group holds.
 // ctx bounds it, and the request timeout each batch when ctx has no
 // deadline; when either ends first (or the server refuses) it returns
@@ -569,7 +569,7 @@ func (l *letters) latestN(ctx context.Context, n int) ([]engine.DeadLetter, erro
 
 // discard removes the dead letters match accepts, every one
 // when match is nil, and returns how many it removed
-// (engine.DeadLetterDiscarder). With nil it purges the dead-letter
+// ([engine.DeadLetterDiscarder]). With nil it purges the dead-letter
 // stream up to its last letter when called, in one request (letters
 // stored meanwhile stay); otherwise it reads the letters, oldest first by
 // batches, calls match on each (on the caller's goroutine, under no lock)

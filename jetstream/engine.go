@@ -251,7 +251,7 @@ func (e *eng) Subscribe(ctx context.Context, topic, group, consumer string, h en
 }
 
 // SubscribeBatch is Subscribe for a consumer whose handler takes batches
-// (engine.BatchSubscriber): see batch.go.
+// ([engine.BatchSubscriber]): see batch.go.
 func (e *eng) SubscribeBatch(ctx context.Context, topic, group, consumer string, h engine.BatchHandler, onLeave func(), spec engine.GroupSpec, batch engine.BatchSpec) (engine.Group, error) {
 	if h == nil {
 		return nil, fmt.Errorf("nil handler: %w", engine.ErrSubscription)
@@ -474,10 +474,10 @@ func settledTo(info *natsjs.ConsumerInfo, end uint64) bool {
 // Close refuses new work, drains the groups that can make progress
 // (bounded by ctx: see drain), stops every worker, removes this broker's
 // consumers from their groups and closes the connection it owns. It
-// returns by the time ctx ends plus kit.CloseGrace, also when the server
+// returns by the time ctx ends plus [kit.CloseGrace], also when the server
 // cannot be reached, and a *ShutdownError naming the partitions of this
 // broker's groups that no other broker carries on and that had not
-// committed everything (see close). It runs once (kit.Closer): later and
+// committed everything (see close). It runs once ([kit.Closer]): later and
 // concurrent calls wait for the first, bounded by their own ctx, and
 // return its result.
 func (e *eng) Close(ctx context.Context) error {
@@ -499,7 +499,7 @@ func (e *eng) close(ctx context.Context) error {
 		stalled = drainErr
 	}
 	// Stop every worker: they finish their delivery in flight. When ctx
-	// ends first, handlers are cancelled and get kit.CloseGrace.
+	// ends first, handlers are cancelled and get [kit.CloseGrace].
 	groups := e.localGroups()
 	var stopped []<-chan struct{}
 	for _, g := range groups {
@@ -530,12 +530,12 @@ func (e *eng) close(ctx context.Context) error {
 
 	// What was left, and this broker's members out of their groups: asked
 	// of the server in a tail that ends with ctx (at most a second), or,
-	// once ctx ended, within kit.CloseGrace of its end. While the connection is
-	// down nothing more waits on the server, so Close keeps its bound:
-	// what was left is then as last observed (the drain polled it, and
-	// this broker's publishes count), and the members' keys are left to
-	// expire after MemberTTL, as a crashed broker's do; the keys are
-	// deleted without waiting for the answer once the tail is spent.
+	// once ctx ended, within [kit.CloseGrace] of its end. While the
+	// connection is down nothing more waits on the server, so Close keeps
+	// its bound: what was left is then as last observed (the drain polled
+	// it, and this broker's publishes count), and the members' keys are
+	// left to expire after MemberTTL, as a crashed broker's do; the keys
+	// are deleted without waiting for the answer once the tail is spent.
 	end := time.Now().Add(time.Second)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(end) {
 		end = dl

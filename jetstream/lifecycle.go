@@ -1,7 +1,7 @@
 package jetstream
 
-// The lifecycle: deleting groups and topics (engine.Deleter) and the
-// health check (engine.Pinger).
+// The lifecycle: deleting groups and topics ([engine.Deleter]) and the
+// health check ([engine.Pinger]).
 //
 // A group is deleted on the server: its consumers first (from then on the
 // group does not exist for any broker), then its dead-letter and redrive
@@ -79,7 +79,7 @@ func (e *eng) Ping(ctx context.Context) error {
 // does not carry it out the error wraps ErrUnavailable (what was deleted
 // stays deleted, and calling it again finishes the work). ctx bounds the
 // wait for this broker's deliveries in flight, and an error wrapping only
-// ctx's says that wait was cut short (engine.Deleter).
+// ctx's says that wait was cut short ([engine.Deleter]).
 func (e *eng) DeleteGroup(ctx context.Context, topic, group string) error {
 	if err := e.refuse(fmt.Sprintf("delete group %q", group)); err != nil {
 		return err
@@ -285,7 +285,7 @@ var (
 // notDeleted is the error of a deletion the server did not carry out (or
 // only in part): it wraps ErrUnavailable, also when ctx's error was the
 // cause, since an error wrapping only ctx's means the deletion took place
-// (engine.Deleter); calling it again finishes it.
+// ([engine.Deleter]); calling it again finishes it.
 func notDeleted(err error) error {
 	if errors.Is(err, engine.ErrUnavailable) {
 		return err

@@ -144,7 +144,7 @@ func decodeMeta(b []byte) (key []byte, headers map[string]string, err error) {
 }
 
 // setMeta puts rec's key and headers on h: refused with ErrInvalid past
-// MaxKeyAndHeadersSize.
+// [MaxKeyAndHeadersSize].
 func setMeta(h nats.Header, rec *engine.Record) error {
 	meta := encodeMeta(rec.Key, rec.Headers)
 	if len(meta) > MaxKeyAndHeadersSize {

@@ -19,7 +19,7 @@ import (
 // logbus names never share a server name. Only length is refused: a name
 // whose server names would pass maxNameLen is ErrInvalid.
 //
-// With prefix P (WithPrefix), topic t and group g:
+// With prefix P ([WithPrefix]), topic t and group g:
 //
 //	stream of partition i     P_T_<t>_P<i>          subject P.<t>.<i>
 //	durable consumer          <g>_P<i>              on that stream

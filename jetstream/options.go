@@ -8,7 +8,7 @@ import (
 )
 
 // Option configures an engine. Options only record; New, Connect and
-// Server.Engine check them all at once.
+// [Server.Engine] check them all at once.
 type Option interface{ apply(*config) }
 
 type optionFunc func(*config)
@@ -51,13 +51,14 @@ func defaultConfig() config {
 }
 
 // WithPrefix sets the namespace of every name the engine creates on the
-// server (streams, subjects, the membership bucket), overriding "logbus".
+// server (JetStream streams, subjects, the membership buckets), overriding
+// "logbus".
 // Brokers that must share topics and groups use the same prefix; brokers
 // with different prefixes share nothing. It is encoded like a topic name.
 func WithPrefix(p string) Option { return optionFunc(func(c *config) { c.prefix = p }) }
 
 // WithStorage sets where topics and dead letters are stored, overriding
-// FileStorage. Brokers that share a topic must use the same storage: a
+// [FileStorage]. Brokers that share a topic must use the same storage: a
 // topic that exists with the other one is ErrTopicExists. The membership
 // and assignment buckets are on file whatever it says, so that a group's
 // membership outlives a restart of its server.
@@ -75,9 +76,10 @@ func WithAckWait(d time.Duration) Option { return optionFunc(func(c *config) { c
 // without a heartbeat, overriding 5s. Heartbeats go every TTL/3, and a
 // broker checks then for members whose keys expired (joins, leaves and
 // new assignments it hears of at once, by watching the bucket). It is also
-// the server's pin TTL: a crashed process's partitions move to the
-// remaining members within about 4/3 TTL of its last heartbeat, and the
-// record it was handling comes again after AckWait. Brokers that
+// how long the server keeps a partition's pulls for its owner without
+// hearing from it: a crashed process's partitions move to the remaining
+// members within about 4/3 TTL of its last heartbeat, and the record it
+// was handling comes again after AckWait ([WithAckWait]). Brokers that
 // share a prefix must use the same TTL: it is the membership bucket's.
 func WithMemberTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.memberTTL = d }) }
 
@@ -97,17 +99,17 @@ func WithRequestTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.requestTimeout = d })
 }
 
-// WithReplicas sets how many servers of a cluster keep each stream,
-// consumer and KV bucket the engine creates (a topic's partitions, a
+// WithReplicas sets how many servers of a cluster keep each JetStream
+// stream, consumer and KV bucket the engine creates (a topic's partitions, a
 // group's consumers, dead letters and redriven letters, the membership
 // and assignment buckets), overriding 1. It takes 1 to 5, as the server
-// does; anything else is ErrInvalid. The server refuses more replicas
+// does; anything else is pubsub.ErrInvalid. The server refuses more replicas
 // than the cluster has JetStream servers (a single server takes only 1),
 // and the engine's error then says how many it asked for. What each count
 // costs and survives is in the package documentation (Replicas).
 //
-// It applies to what this engine creates: a stream, consumer or bucket
-// that exists already keeps its replica count (a broker attaches to it
+// It applies to what this engine creates: a JetStream stream, consumer or
+// bucket that exists already keeps its replica count (a broker attaches to it
 // whatever its own option says, so brokers with different settings do
 // not undo each other). Change an existing one with the server's tools
 // (nats stream edit --replicas).

@@ -107,7 +107,7 @@ func openRedrive(ctx context.Context, g *group) (*redrive, error) {
 // nil) out of the group's dead-letter stream, oldest first, and queues
 // each on its partition's redrive subject, to be delivered again to this
 // group only by the partition's owner, in whichever broker (see
-// engine.Redriver). A letter leaves the dead-letter stream only after the
+// [engine.Redriver]). A letter leaves the dead-letter stream only after the
 // server stored its copy, so a failure midway loses none: run then
 // returns how many it queued, and the error. A letter queued by two
 // concurrent Redrives (of two brokers) is stored once (the copy's message

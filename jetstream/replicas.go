@@ -1,7 +1,7 @@
 package jetstream
 
 // Replicas: every stream and bucket the engine creates is created with
-// WithReplicas' count; one that exists keeps its own. Consumers carry no
+// [WithReplicas]' count; one that exists keeps its own. Consumers carry no
 // count of their own (0: their stream's), so a group's consumers are
 // replicated as its topic's partitions are, whichever broker made them.
 
@@ -18,7 +18,7 @@ import (
 // createStream creates the stream cfg describes with the engine's replica
 // count, or attaches to it when it exists with the same configuration up
 // to its replica count and placement, which it keeps: two brokers whose
-// WithReplicas differ must not scale a stream back and forth. Any other
+// [WithReplicas] differ must not scale a stream back and forth. Any other
 // difference is natsjs.ErrStreamNameAlreadyInUse, for the caller to
 // decide; with update set, it updates the stream instead, keeping the
 // existing replicas (the dead-letter and redrive streams, which older

@@ -18,7 +18,7 @@ type Server struct {
 	srv *server.Server
 }
 
-// ServerOption configures the server StartServer starts.
+// ServerOption configures the server [StartServer] starts.
 type ServerOption interface{ applyServer(*server.Options) }
 
 type serverOptionFunc func(*server.Options)

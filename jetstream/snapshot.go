@@ -12,7 +12,7 @@ import (
 var _ engine.Snapshotter = (*eng)(nil)
 
 // Snapshot describes this broker's topics and the groups it created,
-// joined or named (engine.Snapshotter), from the server and from its own
+// joined or named ([engine.Snapshotter]), from the server and from its own
 // workers. It holds no lock while it asks the server, and asks it, bounded
 // by the request timeout in all, for each partition's stream, each group's
 // consumer on it and dead-letter stream, and the oldest uncommitted

@@ -45,7 +45,7 @@ const (
 const specVersion = 1
 
 // storedSpec is a group's options as its consumers carry them, resolved
-// (engine.GroupSpec.Resolve), so that a broker joining an existing group
+// ([engine.GroupSpec.Resolve]), so that a broker joining an existing group
 // can tell whether its options match.
 type storedSpec struct {
 	Version         int         `json:"v"`
@@ -55,7 +55,7 @@ type storedSpec struct {
 	KeyConcurrency  int         `json:"key_concurrency,omitempty"` // 0 and 1 are the same (engine.GroupSpec.Equal)
 }
 
-// storedRetry is a group's engine.RetryPolicy; durations in nanoseconds.
+// storedRetry is a group's [engine.RetryPolicy]; durations in nanoseconds.
 type storedRetry struct {
 	MaxAttempts int     `json:"max_attempts"`
 	BaseDelay   int64   `json:"base_delay_ns"`
@@ -63,7 +63,7 @@ type storedRetry struct {
 	MaxDelay    int64   `json:"max_delay_ns"`
 }
 
-// storedStart is a group's engine.Start: its kind by name, so that the
+// storedStart is a group's [engine.Start]: its kind by name, so that the
 // boundary may number its kinds as it likes.
 type storedStart struct {
 	Kind   string    `json:"kind"` // one of startKinds
@@ -71,7 +71,7 @@ type storedStart struct {
 	Time   time.Time `json:"time,omitzero"` // RFC 3339, to the nanosecond
 }
 
-// startKinds names each engine.StartKind in a storedStart.
+// startKinds names each [engine.StartKind] in a storedStart.
 var startKinds = map[engine.StartKind]string{
 	engine.StartEarliest: "earliest",
 	engine.StartLatest:   "latest",
@@ -135,7 +135,7 @@ func startKindNamed(name string) (engine.StartKind, bool) {
 }
 
 // legacySpec is the form in which versions before storedSpec stored a
-// group's options: the JSON of engine.GroupSpec as it was then, untagged.
+// group's options: the JSON of [engine.GroupSpec] as it was then, untagged.
 // It is frozen here, names and kind numbers, whatever becomes of the
 // boundary's types.
 type legacySpec struct {

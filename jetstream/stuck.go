@@ -7,7 +7,7 @@ import (
 	"github.com/logbus/logbus/internal/kit"
 )
 
-// The stuck watchdog (kit.Watchdog) samples what each partition's worker
+// The stuck watchdog ([kit.Watchdog]) samples what each partition's worker
 // already records under its slot's lock when a delivery begins (a count of
 // deliveries begun, whether one is in flight, its attempt): it touches no
 // hot path. Only this process's deliveries are seen: a handler running in

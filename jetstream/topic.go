@@ -182,7 +182,7 @@ func (t *topic) NewRecords(recs []*engine.Record) {
 
 // message is rec as a NATS message on partition p's subject (meta.go
 // says how it carries the key and headers), under a message ID of its own
-// (Nats-Msg-Id: see ErrOutcomeUnknown). The ID is the broker's random
+// (Nats-Msg-Id: see [ErrOutcomeUnknown]). The ID is the broker's random
 // instance and a count of its publishes: the engine's attempts of one
 // publish share it, so the server stores it once, while two publishes of
 // equal records are two records. The server keeps each ID for the
@@ -305,7 +305,7 @@ var noRetry = natsjs.WithRetryAttempts(0)
 // record the server stored already is not stored twice: the answer is then
 // the stored copy's sequence. It gives up when ctx ends (or, when ctx has
 // no deadline, the request timeout after the first failure) and then says
-// whether m may have been stored (ErrOutcomeUnknown). The server's
+// whether m may have been stored ([ErrOutcomeUnknown]). The server's
 // refusal of a full partition (isFull) is returned as it is, for the
 // caller to make room.
 func (t *topic) send(ctx context.Context, p int, m *nats.Msg, try *tries) (*natsjs.PubAck, error) {
@@ -361,7 +361,7 @@ func (try *tries) more(ctx context.Context, e *eng) bool {
 }
 
 // failed is the error of a publish that gave up because of cause: it wraps
-// ErrOutcomeUnknown when an attempt may have been stored and says "not
+// [ErrOutcomeUnknown] when an attempt may have been stored and says "not
 // stored" otherwise; it wraps ErrClosed once Close began, and
 // ErrUnavailable as ctxErr classifies cause.
 func (try *tries) failed(t *topic, ctx context.Context, p int, cause error) error {
@@ -495,7 +495,7 @@ func (t *topic) reclaim(ctx context.Context, p int) (int64, string, error) {
 // then goes one record at a time, as AppendOne, under the same message
 // IDs, so that a record whose answer was lost is not stored twice. When
 // ctx ends while records of a run wait for their answers, the error wraps
-// ErrOutcomeUnknown: the first record not counted may have been stored,
+// [ErrOutcomeUnknown]: the first record not counted may have been stored,
 // and so may the ones after it.
 func (t *topic) AppendBatch(ctx context.Context, partitions []int, recs []*engine.Record, offsets []int64) (int, error) {
 	if err := t.e.refuse("publish"); err != nil {

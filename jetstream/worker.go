@@ -422,7 +422,7 @@ func (w *worker) keepAlive(msgs ...record) (stop func()) {
 // handle runs call on d, keeping msg alive on the server meanwhile, or,
 // when its record could not be decoded (derr), fails it at once with an
 // error wrapping ErrPermanent; then it notes the delivery's end. It
-// returns what becomes of the record (kit.Judge) and the error.
+// returns what becomes of the record ([kit.Judge]) and the error.
 func (w *worker) handle(msg record, d *engine.Delivery, derr error, call func(*engine.Delivery) error) (kit.Verdict, error) {
 	stopKeep := w.keepAlive(msg)
 	var herr error
@@ -456,13 +456,13 @@ func (w *worker) noteStart(seq uint64, attempt int) {
 	}
 }
 
-// call runs the member's handler (kit.Call: a panic becomes a
+// call runs the member's handler ([kit.Call]: a panic becomes a
 // *PanicError).
 func (w *worker) call(d *engine.Delivery) error {
 	return kit.Call(w.g.e.handlerCtx, w.m.h, d)
 }
 
-// callBatch runs the member's batch handler (kit.Call: a panic becomes a
+// callBatch runs the member's batch handler ([kit.Call]: a panic becomes a
 // *PanicError).
 func (w *worker) callBatch(b *engine.Batch) error {
 	return kit.Call(w.g.e.handlerCtx, w.m.bh, b)

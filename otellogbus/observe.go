@@ -19,7 +19,7 @@ const (
 	stuckName  = "logbus.consumer.stuck"
 )
 
-// stat is one counter of pubsub.TopicStats or GroupStats (S) and the
+// stat is one counter of [pubsub.TopicStats] or GroupStats (S) and the
 // instrument Observe exports it as: an observable counter, or a gauge
 // when the value is a level rather than a running count. One whose name
 // is "" is not exported, since the hooks already measure it, as
@@ -32,7 +32,7 @@ type stat[S any] struct {
 }
 
 // topicStats and groupStats are the tables of the counters Observe reads
-// from the snapshot: one line per field of pubsub.TopicStats and
+// from the snapshot: one line per field of [pubsub.TopicStats] and
 // GroupStats (a test checks it, by reflection, so a new counter fails it
 // until it has a line here, and the line's name is in Observe's doc).
 var (
@@ -79,7 +79,7 @@ var (
 //   - logbus.consumer.lag.age (s), a gauge per group and partition: how
 //     long the oldest of them has waited (0 without lag).
 //   - logbus.consumer.stuck {delivery}, a gauge per group: deliveries
-//     running past the broker's WithStuckAfter threshold.
+//     running past the broker's [pubsub.WithStuckAfter] threshold.
 //   - Counters per group, from [pubsub.GroupStats]:
 //     logbus.consumer.retries {attempt} (Retried),
 //     logbus.consumer.dead_letters {message} (DeadLettered),

@@ -40,9 +40,9 @@
 // messaging.message.id, unique per record, is a span attribute only: as a
 // metric attribute it would make a time series per record.
 //
-// Read from Broker.Snapshot when the metrics are collected, so they cost
-// the broker nothing between collections: each group's lag (in records
-// and in time) and stuck deliveries, and every counter of
+// Read from [pubsub.Broker.Snapshot] when the metrics are collected, so
+// they cost the broker nothing between collections: each group's lag (in
+// records and in time) and stuck deliveries, and every counter of
 // [pubsub.GroupStats] and [pubsub.TopicStats] (logbus.consumer.*,
 // logbus.records.*, logbus.producer.*); [Hooks.Observe] lists them.
 //
@@ -120,7 +120,7 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 }
 
 // Hooks traces and measures the brokers it is registered with
-// (pubsub.WithHooks). Make one with New.
+// ([pubsub.WithHooks]). Make one with New.
 type Hooks struct {
 	tracer trace.Tracer
 	meter  metric.Meter
@@ -142,7 +142,7 @@ var (
 )
 
 // New returns hooks that trace and measure a broker. Register them with
-// pubsub.WithHooks, then call Observe for the metrics read from the
+// [pubsub.WithHooks], then call Observe for the metrics read from the
 // broker's Snapshot.
 func New(opts ...Option) *Hooks {
 	cfg := config{tp: otel.GetTracerProvider(), mp: otel.GetMeterProvider(), prop: otel.GetTextMapPropagator()}

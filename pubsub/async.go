@@ -12,11 +12,11 @@ import (
 	"github.com/logbus/logbus/engine"
 )
 
-// Pending is the outcome of one record published with Topic.PublishAsync:
-// where it was stored, or why it was not. It is resolved exactly once, and
-// never changes afterwards. Its methods are safe for concurrent use. Only
-// PublishAsync and PublishValueAsync make one: a Pending declared as a
-// variable tells nothing.
+// Pending is the outcome of one record published with [Topic.PublishAsync]
+// or [Topic.PublishValueAsync]: where it was stored, or why it was not. It
+// is resolved exactly once, and never changes afterwards. Its methods are
+// safe for concurrent use. Only those calls make one: a Pending declared as
+// a variable tells nothing.
 type Pending struct {
 	// A Pending is the one allocation of an asynchronous publish in
 	// memory, so it is kept to 16 bytes without pointers, which the
@@ -75,7 +75,7 @@ var closed = func() chan struct{} {
 func (p *Pending) isResolved() bool { return atomic.LoadUint32(&p.state) == pendingResolved }
 
 // Done returns a channel that is closed once the record's outcome is
-// known; Wait then returns it at once. It never blocks.
+// known; [Pending.Wait] then returns it at once. It never blocks.
 func (p *Pending) Done() <-chan struct{} {
 	if p.isResolved() {
 		return closed
@@ -97,10 +97,10 @@ func (p *Pending) Done() <-chan struct{} {
 
 // Wait waits until the record's outcome is known and returns it: where
 // the record was stored, or the error that kept it out of the log (with
-// Position{-1, -1}). ctx bounds the wait only: when it ends first, Wait
-// returns an error wrapping ctx's, and the record's fate is unchanged
-// (wait again, or look at Done). A nil ctx is ErrInvalid, also once the
-// outcome is known.
+// the [Position] of no record). ctx bounds the wait only: when it ends
+// first, Wait returns an error wrapping ctx's, and the record's fate is
+// unchanged (wait again, or look at Done). A nil ctx is [ErrInvalid], also
+// once the outcome is known.
 func (p *Pending) Wait(ctx context.Context) (Position, error) {
 	if ctx == nil {
 		return noPosition, fail(errNilContext, "wait for a publish")
@@ -143,23 +143,21 @@ func resolvedPending(pos Position, err error) *Pending {
 	return &Pending{offset: pos.Offset, partition: int32(pos.Partition)}
 }
 
-// DefaultMaxInFlight is how many records PublishAsync keeps in flight per
-// topic at most, unless WithMaxInFlight says otherwise.
+// DefaultMaxInFlight is how many records [Topic.PublishAsync] keeps in
+// flight per topic at most, unless [WithMaxInFlight] says otherwise.
 const DefaultMaxInFlight = 4096
 
-// WithMaxInFlight bounds the records of the topic that PublishAsync has
-// handed to the engine and whose outcome is not known yet, overriding
-// DefaultMaxInFlight (4096). A remote engine needs about its rate times
-// its round trip in flight to keep publishing: on loopback the JetStream
-// engine publishes as fast with 256 as with 4096 (bench/README.md); 4096
-// leaves room for a slower link, at the price of holding as many records
-// in memory. At the bound, PublishAsync waits for a record to resolve,
-// as Block waits for room: at most the topic's BlockTimeout and never past
-// its ctx, then resolves with ErrBackpressure or ctx's error (such waits
-// are not counted in TopicStats, which counts the engine's). The
-// in-memory engine stores a record before PublishAsync returns, so nothing
-// is ever in flight there and the bound never applies. n < 1 is
-// ErrInvalid.
+// WithMaxInFlight bounds the records of the topic that [Topic.PublishAsync]
+// has handed to the engine and whose outcome is not known yet, overriding
+// [DefaultMaxInFlight]. A remote engine needs about its rate times its
+// round trip in flight: on loopback the JetStream engine publishes as fast
+// with 256 as with 4096 (bench/README.md); 4096 leaves room for a slower
+// link, at the price of holding as many records in memory. At the bound,
+// PublishAsync waits for a record to resolve as [Block] waits for room,
+// then resolves with [ErrBackpressure] or ctx's error (such waits are not
+// counted in [TopicStats]). The in-memory engine stores a record before
+// PublishAsync returns, so the bound never applies there. n < 1 is
+// [ErrInvalid].
 func WithMaxInFlight(n int) TopicOption {
 	return topicOptionFunc(func(c *topicConfig) { c.maxInFlight, c.maxInFlightSet = n, true })
 }
@@ -174,7 +172,7 @@ type asyncState struct {
 	failures []failureRun // failures no Flush has reported yet, by epoch
 
 	// The rest is set for an engine that confirms records later (an
-	// engine.AsyncAppender) and nil otherwise.
+	// [engine.AsyncAppender]) and nil otherwise.
 	name  string // the topic's
 	app   engine.AsyncAppender
 	slots chan struct{} // one element per record in flight: the bound of WithMaxInFlight
@@ -199,7 +197,7 @@ type asyncPart struct {
 	// that last is the last record the engine admitted: records resolve
 	// in that order, so waiting for last waits for every record before
 	// it. Held across AppendAsync, which does not wait (see
-	// engine.AsyncAppender), and never by done.
+	// [engine.AsyncAppender]), and never by done.
 	mu   sync.Mutex
 	last *Pending
 	_    [40]byte // a cache line each: partitions are published to at once
@@ -288,11 +286,11 @@ func (a *asyncState) admit(ctx context.Context, stopping <-chan struct{}) error 
 	case a.slots <- struct{}{}:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("waiting for one of %d records in flight (MaxInFlight) to resolve: %w", cap(a.slots), ctx.Err())
+		return fmt.Errorf("waiting for one of %d records in flight (WithMaxInFlight) to resolve: %w", cap(a.slots), ctx.Err())
 	case <-stopping:
 		return ErrClosed
 	case <-timer.C:
-		return fmt.Errorf("%w: %d records in flight (MaxInFlight) for %v", ErrBackpressure, cap(a.slots), a.block)
+		return fmt.Errorf("%w: %d records in flight (WithMaxInFlight) for %v", ErrBackpressure, cap(a.slots), a.block)
 	}
 }
 
@@ -317,47 +315,41 @@ func newAsyncState(t engine.Topic, cfg topicConfig) *asyncState {
 	return a
 }
 
-// PublishAsync publishes a record as Publish does, without waiting for the
-// engine to confirm it: it returns a Pending that resolves once the record
-// is stored (with its Position) or has failed (with the error Publish
-// would have returned). Use it to keep many records in flight to an
+// PublishAsync publishes a record as [Topic.Publish] does, without waiting
+// for the engine to confirm it: it returns a [Pending] that resolves once
+// the record is stored (with its Position) or has failed (with the error
+// Publish would have returned). It keeps many records in flight to an
 // engine with a round trip per record (JetStream); in memory the record is
 // stored before PublishAsync returns, and a Pending is its only cost (one
 // allocation).
 //
-// What ctx governs, exactly: PublishAsync encodes and routes the record
-// at once (an error there resolves the Pending at once, nothing
-// appended); then it waits, if it must, for room in the partition under
-// Block (the in-memory engine) or for a record of the topic's
-// WithMaxInFlight bound to resolve, at most BlockTimeout and never past
-// ctx. That is admission: once the record is handed to the engine ctx no
-// longer changes its fate, and cancelling it fails nothing that was
-// admitted. A nil ctx resolves with ErrInvalid; after Close began,
-// PublishAsync resolves with ErrClosed.
+// ctx governs admission only: PublishAsync encodes and routes the record
+// at once (an error there resolves the Pending at once, nothing appended),
+// then waits, if it must, for room under [Block] (in memory) or at the
+// topic's [WithMaxInFlight] bound. Once the record is handed to the engine
+// cancelling ctx fails nothing. A nil ctx resolves with [ErrInvalid]; after
+// Close began, PublishAsync resolves with [ErrClosed].
 //
 // Order: the records of one partition are stored in the order their
 // PublishAsync calls were made (calls from one goroutine; calls from
 // several race, as Publish calls do), and an engine's retries never
 // reorder them. Publish and PublishBatch keep that order too: they first
-// wait for the asynchronous records ahead of them in their partitions
-// (every partition, for a batch) to resolve. When a record fails, the records of its partition issued
-// before its failure resolved and not yet stored fail too, with an error
-// wrapping ErrAborted and the first one's cause, so what a partition
-// stored is a prefix of what was issued. The first record to fail carries
-// its own cause, never ErrAborted. Aborting is not permanent: a record
-// issued after the failure resolved is tried afresh. An engine that cannot
-// tell whether a record was stored (a connection lost with the record
-// sent) resolves it with an error wrapping ErrOutcomeUnknown: it may be
-// stored, and records behind such a one may have been stored after a gap
-// (see the engine's documentation; the in-memory engine stores or fails
-// every record exactly).
+// wait for the asynchronous records ahead of them in their partitions to
+// resolve. When a record fails with its own cause, the records of its
+// partition issued before its failure resolved and not yet stored fail
+// too, wrapping [ErrAborted] and that cause, so what a partition stored is
+// a prefix of what was issued; a record issued after the failure resolved
+// is tried afresh. An engine that cannot tell whether a record was stored
+// (a connection lost with the record sent) fails it with
+// [ErrOutcomeUnknown]: it may be stored, and records behind it may have
+// been stored after a gap (see the engine's documentation; the in-memory
+// engine stores or fails every record exactly).
 //
-// Every Pending resolves, within a bound the engine documents (the
-// JetStream engine's request timeout, plus BlockTimeout when a partition
-// is full). Flush waits for the records issued before it and reports the
-// failures; Broker.Drain and Broker.Close wait for every record in flight
-// first. HookPublish sees the record before it is handed to the engine,
-// and HookPublished when it resolves, before Done closes.
+// Every Pending resolves, within a bound the engine documents. [Topic.Flush]
+// waits for the records issued before it and reports the failures;
+// [Broker.Drain] and [Broker.Close] wait for every record in flight first.
+// [HookPublish] sees the record before it is handed to the engine, and
+// [HookPublished] when it resolves, before Done closes.
 func (t *Topic[K, V]) PublishAsync(ctx context.Context, key K, value V, opts ...PublishOption) *Pending {
 	epoch := t.async.flushes.Load()
 	rec := t.eng.NewRecord()
@@ -367,8 +359,8 @@ func (t *Topic[K, V]) PublishAsync(ctx context.Context, key K, value V, opts ...
 	return t.publishAsync(ctx, epoch, rec, value, opts)
 }
 
-// PublishValueAsync is PublishAsync for a keyless record, spread by the
-// partitioner as PublishValue's are.
+// PublishValueAsync is [Topic.PublishAsync] for a keyless record, spread by
+// the partitioner as [Topic.PublishValue]'s are.
 func (t *Topic[K, V]) PublishValueAsync(ctx context.Context, value V, opts ...PublishOption) *Pending {
 	epoch := t.async.flushes.Load()
 	rec := t.eng.NewRecord()
@@ -438,9 +430,9 @@ func (t *Topic[K, V]) issue(ctx context.Context, epoch uint64, p int, rec *engin
 }
 
 // settle resolves pd, the record of partition p that the engine stored at
-// offset or failed with err, whose PublishAsync began in epoch: it counts a failure for Flush, then raises
-// HookPublished, then resolves, so that whoever waited on pd finds both
-// done.
+// offset or failed with err, whose PublishAsync began in epoch: it counts a
+// failure for Flush, then raises [HookPublished], then resolves, so that
+// whoever waited on pd finds both done.
 func (t *Topic[K, V]) settle(pd *Pending, epoch uint64, p int, offset int64, err error, info *PublishInfo, hctx context.Context) {
 	pos := Position{Partition: p, Offset: offset}
 	if err != nil {
@@ -456,20 +448,17 @@ func (t *Topic[K, V]) settle(pd *Pending, epoch uint64, p int, offset int64, err
 	pd.resolve(pos, err)
 }
 
-// Flush waits until every record published with PublishAsync (or
+// Flush waits until every record published with [Topic.PublishAsync] (or
 // PublishValueAsync) on this topic before the call has resolved, at most
-// until ctx ends. It returns nil when all of them were stored; otherwise
-// an error that says how many failed, as a number, and wraps the first
-// failure (errors.Is sees its sentinel). Each failure is reported by one
-// Flush only: the next Flush counts only failures it has not reported.
-// Records published while Flush waits may or may not be waited for, and
-// are reported by this Flush or the next.
+// until ctx ends. It returns nil when all of them were stored, and
+// otherwise an error that says how many failed and wraps the first
+// failure. Each failure is reported by one Flush only. Records published
+// while Flush waits may be reported by this Flush or the next.
 //
 // When ctx ends first, Flush returns an error wrapping ctx's, and reports
-// the failures at its next call. A nil ctx is ErrInvalid. Flush works
-// after Close too (it reports what failed, ErrClosed included). A
-// HookPublished hook must not call Flush without a ctx deadline: the
-// record it is raised for resolves only after it returns.
+// the failures at its next call. A nil ctx is [ErrInvalid]. Flush works
+// after Close too (it reports what failed, [ErrClosed] included). From a
+// hook, see [Hook].
 func (t *Topic[K, V]) Flush(ctx context.Context) error {
 	if ctx == nil {
 		return fail(errNilContext, "flush topic %q", t.Name())

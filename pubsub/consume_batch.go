@@ -13,37 +13,31 @@ import (
 // BatchHandler processes the messages of one consumer in batches: each
 // call gets consecutive messages of one partition, in offset order, as
 // many as were published since the last call, up to the consumer's batch
-// size (WithBatchSize), after waiting at most WithBatchWait for more. It
-// is the way to pay the per-message costs of a delivery (a call, a commit,
-// the bookkeeping) once per batch, as a Kafka consumer polls and commits.
+// size ([WithBatchSize]), after waiting at most [WithBatchWait] for more.
+// It pays the per-message costs of a delivery (a call, a commit, the
+// bookkeeping) once per batch, as a Kafka consumer polls and commits.
 //
 // Returning nil acks every message of the batch: the group commits the
-// offset after the last one, once. Returning a *BatchError acks the
-// messages before its Index and fails the one at it; the messages after
-// it were not processed and are delivered again in a later batch. Any
-// other error, or a panic, fails the first message, and so redelivers the
-// whole batch. A failed message is retried alone, with backoff, and then
-// dead-lettered, exactly as with a Handler (RetryPolicy, ErrPermanent);
-// the messages after it wait meanwhile, so per-key order holds. A retry
-// is always a batch of one, so every message of a batch has the same
-// Attempt. A message whose value cannot be decoded is dead-lettered at
-// once, as with a Handler: the handler gets the messages before it, then
-// those after it in the next batch.
+// offset after the last one, once. Returning a [*BatchError] acks a prefix
+// of the batch and fails one message. Any other error, or a panic, fails
+// the first message, and so redelivers the whole batch. A failed message
+// is retried alone, and then dead-lettered, as with a [Handler]; the
+// messages after it wait meanwhile, so per-key order holds, and every
+// message of a batch has the same Attempt. A message whose value cannot be
+// decoded is dead-lettered at once: the handler gets the messages before
+// it, then those after it in the next batch.
 //
-// HandleBatch runs on the worker goroutine of its partition: calls for
-// one partition never overlap; calls for different partitions run
-// concurrently. msgs is valid only during the call: its backing array is
-// reused for the partition's next batch, so keep the Messages (copies),
-// not the slice. Values are the handler's own, except with
-// codec.RawBytes, whose values are valid only during the call. ctx is as
-// for Handler, and so is the rule about calling Leave, Pause, Seek,
-// Replay or Close on its own group: a batch in flight is a delivery in
-// flight, and they wait for it.
+// HandleBatch runs on the worker goroutine of its partition, as Handle
+// does. msgs is valid only during the call: its backing array is reused
+// for the partition's next batch, so keep the Messages (copies), not the
+// slice. Values are the handler's own, except with [codec.RawBytes]. ctx,
+// and the calls a handler must not make on its own group without a
+// deadline, are as for Handler: a batch in flight is a delivery in flight.
 type BatchHandler[V any] interface {
 	HandleBatch(ctx context.Context, msgs []Message[V]) error
 }
 
-// BatchHandlerFunc adapts a function to a BatchHandler.
+// BatchHandlerFunc adapts a function to a [BatchHandler].
 type BatchHandlerFunc[V any] func(ctx context.Context, msgs []Message[V]) error
 
 // HandleBatch calls f(ctx, msgs).
@@ -51,12 +45,12 @@ func (f BatchHandlerFunc[V]) HandleBatch(ctx context.Context, msgs []Message[V])
 	return f(ctx, msgs)
 }
 
-// BatchError is what a BatchHandler returns when one message of its batch
+// BatchError is what a [BatchHandler] returns when one message of its batch
 // failed: the messages before Index succeeded and are committed, the one
 // at Index failed with Err (retried, or dead-lettered with Err), and the
-// ones after it were not processed. An Index outside the batch fails the
-// first message with an error wrapping ErrInvalid. A handler may wrap a
-// BatchError; the outermost one counts.
+// ones after it were not processed and come again in a later batch. An
+// Index outside the batch fails the first message with an error wrapping
+// [ErrInvalid]. A handler may wrap a BatchError; the outermost one counts.
 type BatchError struct {
 	Index int
 	Err   error
@@ -69,18 +63,22 @@ func (e *BatchError) Error() string {
 // Unwrap returns Err.
 func (e *BatchError) Unwrap() error { return e.Err }
 
-// errBatchNil stands in for a BatchError without an Err.
+// errBatchNil stands in for a [BatchError] without an Err.
 var errBatchNil = errors.New("logbus: batch handler failed the message")
 
-// batchOption is a SubscribeOption only SubscribeBatch takes.
+// batchOption is a [SubscribeOption] only SubscribeBatch takes.
 type batchOption func(*subscribeConfig)
 
 func (f batchOption) applySubscribe(c *subscribeConfig) { f(c) }
 
+// MaxBatchSize is the most messages a batch consumer may take in one call
+// ([WithBatchSize]).
+const MaxBatchSize = 1 << 12 // 4096
+
 // WithBatchSize sets the most messages a batch consumer gets in one call,
-// overriding the default of 64: 1 to 4096; anything else, 0 included, is
-// ErrInvalid. It is the consumer's own, not the group's: consumers of one
-// group may differ. Only SubscribeBatch takes it.
+// overriding the default of 64: 1 to [MaxBatchSize]; anything else, 0
+// included, is [ErrInvalid]. It is the consumer's own, not the group's:
+// consumers of one group may differ. Only [Topic.SubscribeBatch] takes it.
 //
 // Memory follows what the consumer reads, not n: for each partition it
 // serves, the consumer keeps room for the largest batch it has delivered
@@ -96,21 +94,23 @@ func WithBatchSize(n int) SubscribeOption {
 // WithBatchWait sets how long a batch consumer that found fewer messages
 // than its batch size waits for more before it takes what it has: a
 // larger batch for up to d more latency. The default, 0, takes them at
-// once; negative is ErrInvalid. The wait ends early when the batch fills,
+// once; negative is [ErrInvalid]. The wait ends early when the batch fills,
 // and when the partition is revoked (the messages are then delivered later,
-// to whoever owns it). Drain and Close wait for it like for a delivery.
-// Only SubscribeBatch takes it.
+// to whoever owns it). [Broker.Drain] and [Broker.Close] wait for it like
+// for a delivery. Only [Topic.SubscribeBatch] takes it.
 func WithBatchWait(d time.Duration) SubscribeOption {
 	return batchOption(func(c *subscribeConfig) { c.batch.MaxWait = d })
 }
 
-// SubscribeBatch adds consumer to group like Subscribe, with a handler
-// that takes batches (see BatchHandler); it takes the options Subscribe
-// takes, and WithBatchSize and WithBatchWait. A group may have both kinds
-// of consumers: each partition is delivered by its owner's kind.
+// SubscribeBatch adds consumer to group like [Topic.Subscribe], with a
+// handler that takes batches ([BatchHandler]); it takes the options
+// Subscribe takes, and [WithBatchSize] and [WithBatchWait]. A group may
+// have both kinds of consumers: each partition is delivered by its owner's
+// kind.
 //
-// It fails as Subscribe does, and with ErrInvalid when the broker's engine
-// cannot deliver batches (the in-memory engine can). It does not block.
+// It fails as Subscribe does, and with [ErrInvalid] when the broker's
+// engine cannot deliver batches (the in-memory engine can). It does not
+// block.
 func (t *Topic[K, V]) SubscribeBatch(group, consumer string, h BatchHandler[V], opts ...SubscribeOption) (*Group[V], error) {
 	cfg := applySubscribeOptions(opts)
 	if cfg.batchSize && cfg.batch.MaxSize < 1 {
@@ -157,7 +157,7 @@ type batchBuffer[V any] struct {
 
 // handOverBatch decodes b into Messages and calls handle with them, up to
 // the first record that cannot be decoded; it returns the engine's form of
-// the outcome (see engine.BatchHandler).
+// the outcome (see [engine.BatchHandler]).
 func (t *Topic[K, V]) handOverBatch(ctx context.Context, handle func(context.Context, []Message[V]) error, b *engine.Batch, buf *batchBuffer[V]) error {
 	msgs := buf.msgs[:0]
 	var bad error // the first record that cannot be decoded ends the batch there

@@ -7,17 +7,16 @@ import (
 	"github.com/logbus/logbus/internal/core"
 )
 
-// An Engine stores a Broker's topics and delivers their records: the typed
-// API (codecs, routing, Message, Stream) is the same over every engine. The
-// in-memory log is the default ([InMemory]); the JetStream engine lives in
-// a module of its own. It is [engine.Driver], the boundary an engine
+// An Engine stores a [Broker]'s topics and delivers their records: the typed
+// API (codecs, routing, [Message], [Stream]) is the same over every engine.
+// The in-memory log is the default ([InMemory]); the JetStream engine lives
+// in a module of its own. It is [engine.Driver], the boundary an engine
 // author implements; its method is for [NewBroker], not for users.
 type Engine = engine.Driver
 
-// WithEngine sets the engine, overriding InMemory. An option the engine
-// cannot honour (WithClock or WithIDs on an engine that keeps its own
-// time or names) makes NewTopic fail with ErrInvalid, never silently
-// behave otherwise. A nil Engine is ErrInvalid.
+// WithEngine sets the engine, overriding [InMemory]. An option or call the
+// engine cannot honour is refused with [ErrInvalid], never silently done
+// otherwise: [Broker.Capabilities] lists them. A nil Engine is ErrInvalid.
 func WithEngine(e Engine) BrokerOption {
 	return brokerOptionFunc(func(c *brokerConfig) {
 		if e == nil {
@@ -28,7 +27,7 @@ func WithEngine(e Engine) BrokerOption {
 }
 
 // InMemory is the default engine: the log lives in this process's memory,
-// every promise of the package documentation holds exactly, and nothing
+// every promise of this package's documentation holds exactly, and nothing
 // survives the process.
 func InMemory() Engine { return inMemory{} }
 
@@ -62,30 +61,31 @@ func (c brokerConfig) open() (engine.Engine, error) {
 }
 
 // Capabilities returns the promises that only some engines keep and the
-// broker's engine does ([engine.Capabilities] says what each means). Every
-// engine keeps the rest of this package's documentation. What needs a
-// capability the engine lacks is refused with ErrInvalid, never silently
-// done otherwise: [WithClock] needs InjectedClock, [WithIDs] CustomIDs,
-// [WithStuckAfter] StuckDetection, [Topic.SubscribeBatch] Batches, a
-// [Retention] with OnFull DropOldest, MaxAge or MaxBytes needs DropsOldest,
-// MaxAge or MaxBytes, [Group.Redrive] Redrive, [Group.DiscardDeadLetters]
-// DiscardDeadLetters, and [Broker.DeleteGroup] and [Broker.DeleteTopic]
-// Delete; without Snapshots, [Broker.Snapshot] is Partial. The in-memory
-// engine ([InMemory]) has every capability. It does not block, and works
+// broker's engine does; every engine keeps the rest of this package's
+// documentation. What needs one the engine lacks is refused with
+// [ErrInvalid], never silently done otherwise: [WithClock] needs
+// [engine.InjectedClock], [WithIDs] [engine.CustomIDs], [WithStuckAfter]
+// [engine.StuckDetection], [Topic.SubscribeBatch] [engine.Batches], a
+// [Retention] with OnFull [DropOldest], MaxAge or MaxBytes
+// [engine.DropsOldest], [engine.MaxAge] or [engine.MaxBytes],
+// [Group.Redrive] [engine.Redrive], [Group.DiscardDeadLetters]
+// [engine.DiscardDeadLetters], [Broker.DeleteGroup] and DeleteTopic
+// [engine.Delete]; without [engine.Snapshots], [Broker.Snapshot] is
+// Partial. The in-memory engine has them all. It does not block, and works
 // after Close.
 func (b *Broker) Capabilities() engine.Capabilities { return b.caps }
 
 // ability returns x as a T, the optional interface that goes with the
 // capability need, when the engine declares need and x implements T: an
 // engine that declares one without the other cannot do it. ok false is
-// the caller's ErrInvalid.
+// the caller's [ErrInvalid].
 func ability[T any](caps, need engine.Capabilities, x any) (t T, ok bool) {
 	t, ok = x.(T)
 	return t, ok && caps.Has(need)
 }
 
 // retentionNeeds is the capability each bounded retention needs, for
-// NewTopic to refuse one the engine lacks.
+// [NewTopic] to refuse one the engine lacks.
 func retentionNeeds(caps engine.Capabilities, r engine.Retention) error {
 	switch {
 	case r.OnFull == engine.DropOldest && !caps.Has(engine.DropsOldest):

@@ -13,47 +13,49 @@ import (
 // starts with "logbus: " and the call's own verb, then names the topic,
 // group, partition or offset it concerns.
 var (
-	// ErrTopicExists is returned by NewTopic for a name already taken.
+	// ErrTopicExists is returned by [NewTopic] for a name already taken.
 	ErrTopicExists = engine.ErrTopicExists
 	// ErrTopicNotFound is returned for a topic name that was never created,
-	// or was deleted (Broker.Lag, Broker.Replay, Broker.DeleteTopic), and
-	// by every call on the handles of a deleted topic and of its groups
-	// (see Broker.DeleteTopic).
+	// or was deleted ([Broker.Lag], [Broker.Replay], [Broker.DeleteTopic]),
+	// and by every call on the handles of a deleted topic and of its groups.
 	ErrTopicNotFound = engine.ErrTopicNotFound
 	// ErrClosed is returned by every call that would change something once
-	// Close has begun (Publish and the other publishes, NewTopic, Subscribe,
-	// Stream, Seek, Replay, Redrive, DeleteGroup, DeleteTopic,
+	// [Broker.Close] has begun (Publish and the other publishes, [NewTopic],
+	// Subscribe, Stream, Seek, Replay, Redrive, DeleteGroup, DeleteTopic,
 	// DiscardDeadLetters), by LatestDeadLetters and Ping then too, and by
 	// Leave once Close has finished (a consumer may leave while Close
 	// drains). It comes before what the call's arguments would otherwise
-	// earn, such as ErrOffsetOutOfRange or an unknown name, except for
+	// earn, such as [ErrOffsetOutOfRange] or an unknown name, except for
 	// arguments that are wrong on any broker: a nil context, a value its
-	// codec cannot encode, a nil handler, an invalid option. Drain after
-	// Close returns it for the groups Close left behind. The other reads
-	// (Lag, Committed, Stats, DeadLetters, Snapshot) keep working, and
+	// codec cannot encode, a nil handler, an invalid option. [Broker.Drain]
+	// after Close returns it for the groups Close left behind. The other
+	// reads (Lag, Committed, Stats, DeadLetters, Snapshot) keep working, and
 	// Pause and Resume do nothing.
 	ErrClosed = engine.ErrClosed
-	// ErrBackpressure is returned by Publish when a Block partition stayed
-	// full for the whole BlockTimeout. Nothing was appended. The message
-	// names the group holding the oldest record. A PublishAsync that waited
-	// BlockTimeout at its topic's WithMaxInFlight bound resolves with it
-	// too, naming the bound.
+	// ErrBackpressure is returned by a publish that waited as long as [Block]
+	// allows for room in a full partition; nothing was appended, and the
+	// message names the group holding the oldest record. A
+	// [Topic.PublishAsync] that waited as long at its topic's
+	// [WithMaxInFlight] bound resolves with it too, naming the bound.
 	ErrBackpressure = engine.ErrBackpressure
-	// ErrOffsetOutOfRange is returned by Seek for an offset below the earliest
-	// retained record or past the end of the partition.
+	// ErrOffsetOutOfRange is returned by [Group.Seek] for an offset below the
+	// earliest retained record or past the end of the partition.
 	ErrOffsetOutOfRange = engine.ErrOffsetOutOfRange
 	// ErrSubscription is returned for an empty group or consumer name, a
 	// duplicate consumer, a nil handler, options that differ from those of
-	// the group being joined, or an unknown group or consumer; and by every
-	// call on the handle of a deleted group (see Broker.DeleteGroup).
+	// the group being joined ([SubscribeOption]), or an unknown group or
+	// consumer; and by every call on the handle of a deleted group
+	// ([Broker.DeleteGroup]).
 	ErrSubscription = engine.ErrSubscription
 	// ErrInvalid is returned for an impossible configuration value or
-	// argument: a partition count below 1 or above MaxPartitions, a negative
-	// bound, a negative retry count, a nil codec, context or broker, a
-	// partition that does not exist, a value or key its codec cannot encode.
+	// argument: a partition count below 1 or above [MaxPartitions], a
+	// negative bound, a negative retry count, a nil codec, context or broker,
+	// a partition that does not exist, a value or key its codec cannot
+	// encode; and for an option or call the engine cannot honour
+	// ([Broker.Capabilities]).
 	ErrInvalid = engine.ErrInvalid
-	// ErrStalled is returned by Drain, and wrapped by Close's
-	// ShutdownError, when a group with lag cannot make progress: it is
+	// ErrStalled is returned by [Broker.Drain], and wrapped by Close's
+	// [ShutdownError], when a group with lag cannot make progress: it is
 	// paused, or has no consumers. The message names the groups.
 	ErrStalled = engine.ErrStalled
 	// ErrPermanent is for handlers to wrap when retrying cannot help:
@@ -65,13 +67,13 @@ var (
 	// ErrUnavailable is returned by a remote engine's calls while it
 	// cannot reach its server: a lost connection, a server without quorum,
 	// a request that timed out. Such an error also wraps the engine's own.
-	// Broker.Ping reports it; the in-memory engine never returns it.
+	// [Broker.Ping] reports it; the in-memory engine never returns it.
 	ErrUnavailable = engine.ErrUnavailable
 	// ErrAborted is wrapped by the error of a record published with
-	// PublishAsync that was not stored because a record ahead of it in
-	// its partition failed; the error wraps that record's cause too
-	// (ErrBackpressure, say), except ErrOutcomeUnknown: an aborted record
-	// was not stored. See Topic.PublishAsync.
+	// [Topic.PublishAsync] that was not stored because a record ahead of it
+	// in its partition failed; the error wraps that record's cause too
+	// ([ErrBackpressure], say), except [ErrOutcomeUnknown]: an aborted record
+	// was not stored.
 	ErrAborted = engine.ErrAborted
 	// ErrOutcomeUnknown is wrapped by the error of a publish whose record
 	// a remote engine sent but whose confirmation never came (a lost
@@ -85,7 +87,7 @@ var (
 // DecodeError is the error of a dead letter whose value the topic's codec
 // could not decode. Such a record never reaches the handler and is not
 // retried: it would fail the same way. It wraps both the codec's error and
-// ErrPermanent.
+// [ErrPermanent].
 type DecodeError struct {
 	Topic     string
 	Partition int
@@ -97,7 +99,7 @@ func (e *DecodeError) Error() string {
 	return fmt.Sprintf("logbus: decode topic %q partition %d offset %d: %v", e.Topic, e.Partition, e.Offset, e.Err)
 }
 
-// Unwrap returns the codec's error and ErrPermanent.
+// Unwrap returns the codec's error and [ErrPermanent].
 func (e *DecodeError) Unwrap() []error { return []error{e.Err, ErrPermanent} }
 
 // PanicError is the error of a delivery whose handler panicked: the worker
@@ -117,10 +119,10 @@ func (e *PanicError) Unwrap() error {
 	return err
 }
 
-// ShutdownError is returned by Broker.Close when records were left
-// undelivered. Err says why: the context's error when Close's context ended
-// before the drain finished, or an error wrapping ErrStalled when a paused
-// group, or one whose consumers all left, could not drain at all.
+// ShutdownError is what [Broker.Close] returns when records were left
+// undelivered. Err says why: the context's error when Close's context
+// ended before the drain finished, or an error wrapping [ErrStalled] when a
+// paused group, or one whose consumers all left, could not drain at all.
 // Unfinished lists each (group, topic, partition) left behind.
 type ShutdownError struct {
 	Unfinished []Unfinished
@@ -151,7 +153,7 @@ func (e *ShutdownError) Error() string {
 func (e *ShutdownError) Unwrap() error { return e.Err }
 
 // Unfinished is one partition a group had not finished when the broker
-// stopped; see ShutdownError.
+// stopped; see [ShutdownError].
 type Unfinished struct {
 	Group     string
 	Topic     string
@@ -184,5 +186,5 @@ func fail(err error, format string, args ...any) error {
 // errNilContext is the error of a call given a nil context.
 var errNilContext = fmt.Errorf("%w: nil context", ErrInvalid)
 
-// errNoBroker is the error of a call on a Broker that NewBroker did not make.
+// errNoBroker is the error of a call on a Broker that [NewBroker] did not make.
 var errNoBroker = fmt.Errorf("%w: a Broker must be made by NewBroker, not declared", ErrInvalid)

@@ -16,30 +16,31 @@ import (
 
 // Handler processes the messages of one consumer. Returning nil acks the
 // message: its offset is committed and the next message of the partition
-// follows. Returning an error, or panicking, nacks it: the message is
-// retried with backoff and then dead-lettered (see RetryPolicy), and an error
-// wrapping ErrPermanent skips the retries.
+// follows. Returning an error, or panicking ([PanicError]), nacks it: the
+// message is retried and then dead-lettered as the group's [RetryPolicy]
+// says, and an error wrapping [ErrPermanent] skips the retries.
 //
 // Handle runs on the worker goroutine of the message's partition, so calls
 // for one partition never overlap and come in offset order; calls for
 // different partitions run concurrently. A group with WithKeyConcurrency
 // runs up to n calls of one partition at once, on goroutines its worker
-// owns, never two with equal keys: see there. Delivery is at least once: a
-// message can come again after a failure, a rebalance or a shutdown that
-// interrupted it, so a handler must be idempotent (Message.ID is a stable
-// key for that).
+// owns, never two with equal keys: see there. Delivery is at least once
+// (the Delivery section of [github.com/logbus/logbus] says when a message
+// comes again), so a handler must be idempotent: [Message.ID] is a stable
+// key.
 //
-// ctx is cancelled only when Broker.Close gives up on draining; a handler
+// ctx is cancelled only when [Broker.Close] gives up on draining; a handler
 // must return soon after (one that does not is left running, and commits
-// nothing). Leave, Pause, Seek, Replay and Close wait for the deliveries in
-// flight, so a handler that calls them on its own group waits for itself
-// until their ctx ends: give them one with a deadline, or call them from
-// another goroutine.
+// nothing). The calls that wait for deliveries in flight ([Group.Leave],
+// Pause, Seek and Replay, [Broker.DeleteGroup], DeleteTopic and Close),
+// made by a handler on its own group, wait for that handler until their
+// ctx ends: give them a ctx with a deadline, or call them from another
+// goroutine.
 type Handler[V any] interface {
 	Handle(ctx context.Context, msg Message[V]) error
 }
 
-// HandlerFunc adapts a function to a Handler.
+// HandlerFunc adapts a function to a [Handler].
 type HandlerFunc[V any] func(ctx context.Context, msg Message[V]) error
 
 // Handle calls f(ctx, msg).
@@ -48,10 +49,10 @@ func (f HandlerFunc[V]) Handle(ctx context.Context, msg Message[V]) error { retu
 // Message is one record as a consumer sees it. Key and Headers are the
 // consumer's own copies: changing them changes nothing for anyone else. A
 // short Key shares one allocation with the keys of other messages of its
-// partition (as Message.ID shares one with other IDs), so keeping a Key
-// keeps up to 1 KiB alive; copy it to keep many. Value is the consumer's
-// own too, except with codec.RawBytes, where it is the log's memory and
-// valid only until the handler returns (see there).
+// partition (as ID shares one with other IDs), so keeping a Key keeps up
+// to 1 KiB alive; copy it to keep many. Value is the consumer's own too,
+// except with [codec.RawBytes], where it is the log's memory and valid only
+// until the handler returns.
 type Message[V any] struct {
 	ID        string // unique per record, the same for every group and every redelivery (see WithIDs)
 	Topic     string
@@ -82,10 +83,12 @@ func handOver[V any](ctx context.Context, handle func(context.Context, Message[V
 	})
 }
 
-// SubscribeOption configures the group that Subscribe or Stream creates. A
-// group's configuration is fixed by the call that created it: joining an
-// existing group with options that differ from its own is an error wrapping
-// ErrSubscription, so two replicas of a service cannot disagree silently.
+// SubscribeOption configures the group that [Topic.Subscribe],
+// [Topic.Stream] or [Topic.SubscribeBatch] creates. A group's configuration
+// is fixed by the call that created it: joining an existing group with
+// options that differ from its own, [StartAt] included, is an error
+// wrapping [ErrSubscription], so two replicas of a service cannot disagree
+// silently.
 type SubscribeOption interface{ applySubscribe(*subscribeConfig) }
 
 // subscribeConfig is what the options of Subscribe, Stream and
@@ -124,17 +127,17 @@ func applySubscribeOptions(opts []SubscribeOption) subscribeConfig {
 }
 
 // WithGroupRetry sets this group's retry policy, overriding the broker's
-// (WithRetry).
+// ([WithRetry]).
 func WithGroupRetry(p RetryPolicy) SubscribeOption {
 	return subscribeOptionFunc(func(c *subscribeConfig) { c.Retry = p.engine() })
 }
 
 // WithDeadLetterLimit sets how many dead letters the group keeps, overriding
 // the default of 1024. When full, the oldest is evicted and counted in
-// GroupStats.DeadLettersEvicted. 0 keeps none: each record given up on is
+// [GroupStats.DeadLettersEvicted]. 0 keeps none: each record given up on is
 // still counted in GroupStats.DeadLettered and DeadLettersEvicted and
-// raises the dead-letter hooks and log line, but DeadLetters stays empty
-// and there is nothing to Redrive. Negative is ErrInvalid.
+// raises the dead-letter hooks and log line, but [Group.DeadLetters] stays
+// empty and there is nothing to Redrive. Negative is [ErrInvalid].
 func WithDeadLetterLimit(n int) SubscribeOption {
 	return subscribeOptionFunc(func(c *subscribeConfig) {
 		switch {
@@ -150,7 +153,7 @@ func WithDeadLetterLimit(n int) SubscribeOption {
 
 // MaxKeyConcurrency is the most deliveries of one partition
 // WithKeyConcurrency lets a group run at once.
-const MaxKeyConcurrency = engine.MaxKeyConcurrency
+const MaxKeyConcurrency = 256
 
 // WithKeyConcurrency lets a group's worker run up to n deliveries of one
 // partition at once, never two with equal keys, overriding the default of
@@ -220,8 +223,8 @@ func WithKeyConcurrency(n int) SubscribeOption {
 	})
 }
 
-// Start says where a group reads from in every partition: Earliest,
-// Latest, AtOffset or AtTime. The zero Start is Earliest.
+// Start says where a group reads from in every partition: [Earliest],
+// [Latest], [AtOffset] or [AtTime]. The zero Start is Earliest.
 type Start struct{ spec engine.Start }
 
 // Earliest starts at the oldest retained record. It is where a new group
@@ -234,40 +237,37 @@ func Latest() Start { return Start{engine.Start{Kind: engine.StartLatest}} }
 
 // AtOffset starts at offset in every partition, clamped to the records
 // retained: below the earliest retained record it starts there, past the
-// end at the end. A negative offset is ErrInvalid.
+// end at the end. A negative offset is [ErrInvalid].
 func AtOffset(offset int64) Start {
 	return Start{engine.Start{Kind: engine.StartOffset, Offset: offset}}
 }
 
 // AtTime starts, in every partition, at the first retained record whose
-// Created is at or after t (by the broker's Clock), or at the end when
-// there is none.
+// [Message.Created] is at or after t (by the broker's [Clock]), or at the
+// end when there is none.
 func AtTime(t time.Time) Start { return Start{engine.Start{Kind: engine.StartTime, Time: t}} }
 
 // String describes s: "earliest", "latest", "offset 12", "time 2026-…".
 func (s Start) String() string { return s.spec.String() }
 
-// StartAt sets where a group created by this Subscribe or Stream begins,
-// overriding Earliest. It is applied when the group is created, before any
-// delivery, so no record before that point is ever delivered to it. It
-// counts as an option of the group: joining the group later with another
-// Start is ErrSubscription.
+// StartAt sets where a group created by this call begins, overriding
+// [Earliest]. It is applied when the group is created, before any
+// delivery, so no record before that point is ever delivered to it.
 func StartAt(s Start) SubscribeOption {
 	return subscribeOptionFunc(func(c *subscribeConfig) { c.Start = s.spec })
 }
 
 // Subscribe adds consumer to group, creating the group on first use, and
-// rebalances: the group's partitions are dealt out again over its consumers,
-// moving as few as balance allows. A new group starts at the oldest retained
-// record, or where StartAt says. Calling it again with the same group
-// returns the same *Group.
+// rebalances: the group's partitions are dealt out again over its
+// consumers, moving as few as balance allows. A new group starts at the
+// oldest retained record, or where [StartAt] says. Calling it again with
+// the same group returns the same *Group.
 //
 // Subscribe does not block: a partition that moves to the new consumer
 // finishes the delivery it has in flight first, and moves then. It fails
-// with ErrSubscription for an empty group or consumer name, a nil handler,
-// a consumer already in the group, or options that differ from the
-// group's; with ErrInvalid for a bad option; with ErrClosed once Close
-// began. A failed Subscribe changes nothing.
+// with [ErrSubscription] (a bad name, a nil handler, a consumer already in
+// the group, options that differ from the group's), [ErrInvalid] for a
+// bad option, or [ErrClosed] once Close began, and then changes nothing.
 func (t *Topic[K, V]) Subscribe(group, consumer string, h Handler[V], opts ...SubscribeOption) (*Group[V], error) {
 	f, ok := h.(HandlerFunc[V])
 	switch {
@@ -364,18 +364,10 @@ func (t *Topic[K, V]) subscribe(group string, cfg subscribeConfig, join func(eng
 // concurrent use.
 //
 // Leave, Pause, Seek and Replay wait for the deliveries in flight on the
-// partitions they concern, and never longer than their ctx: none of them
-// blocks forever. A Stream delivery that nobody has received yet is taken
-// back at once (no attempt is counted); one a caller holds is waited for
-// until it is acked or nacked, or ctx ends. What each call leaves done when
-// ctx ends first is in its doc.
-//
-// Once Broker.Close began, Seek, Replay and Redrive fail with ErrClosed;
-// after it, Leave does too (see ErrClosed), Pause and Resume do nothing,
-// and the methods that only read (Assignment, Committed, Lag, Stats,
-// DeadLetters) keep working. After Broker.DeleteGroup every call that
-// returns an error fails with ErrSubscription (ErrTopicNotFound after
-// Broker.DeleteTopic), and the reads show an empty group; see there.
+// partitions they concern (a [Stream]'s as Stream says), never longer than
+// their ctx: none of them blocks forever. What each leaves done when ctx
+// ends first is in its doc. After [Broker.Close] the calls behave as
+// [ErrClosed] says; after [Broker.DeleteGroup], as it says.
 type Group[V any] struct {
 	eng    engine.Group
 	values codec.Codec[V]
@@ -418,11 +410,12 @@ func (g *Group[V]) left(consumer string, s any) bool {
 func (g *Group[V]) Name() string { return g.eng.Name() }
 
 // Leave removes consumer from the group and rebalances: its partitions
-// finish their current delivery, then move to the remaining consumers, which
-// resume from the committed offsets. Leave waits for those deliveries until
-// ctx ends; then it returns an error wrapping ctx's, and the consumer has
-// left all the same: its partitions move when their deliveries end. An
-// unknown consumer is ErrSubscription; after Close, ErrClosed.
+// finish their current delivery, then move to the remaining consumers,
+// which resume from the committed offsets. Leave waits for those
+// deliveries until ctx ends; then it returns an error wrapping ctx's, and
+// the consumer has left all the same: its partitions move when their
+// deliveries end. An unknown consumer is [ErrSubscription]; after Close,
+// [ErrClosed].
 func (g *Group[V]) Leave(ctx context.Context, consumer string) error {
 	if ctx == nil {
 		return fail(errNilContext, "remove consumer %q from group %q on topic %q", consumer, g.Name(), g.topic)
@@ -442,7 +435,7 @@ func (g *Group[V]) Assignment() map[string][]int { return g.eng.Assignment() }
 // paused at once; Pause then waits for the deliveries in flight until ctx
 // ends, and returns an error wrapping ctx's naming those still running
 // (they finish and commit in the background). While a paused group has
-// lag, Drain returns ErrStalled.
+// lag, [Broker.Drain] returns [ErrStalled].
 func (g *Group[V]) Pause(ctx context.Context) error {
 	if ctx == nil {
 		return fail(errNilContext, "pause group %q on topic %q", g.Name(), g.topic)
@@ -466,12 +459,12 @@ func (g *Group[V]) Resume(ctx context.Context) error {
 }
 
 // Seek moves the group's offset on one partition. offset must lie between
-// the earliest retained record and the end of the partition, inclusive;
-// anything else is ErrOffsetOutOfRange, and a partition that does not exist
-// ErrInvalid. The partition's delivery in flight finishes first; Seek waits
-// for it until ctx ends, and then moves nothing and returns an error
-// wrapping ctx's. Records from offset on are delivered again, each with
-// Attempt starting at 1.
+// the earliest retained record and the end of the partition, inclusive
+// ([Topic.Offsets]); anything else is [ErrOffsetOutOfRange], and a
+// partition that does not exist [ErrInvalid]. The partition's delivery in
+// flight finishes first; Seek waits for it until ctx ends, and then moves
+// nothing and returns an error wrapping ctx's. Records from offset on are
+// delivered again, each with Attempt starting at 1.
 func (g *Group[V]) Seek(ctx context.Context, partition int, offset int64) error {
 	if ctx == nil {
 		return fail(errNilContext, "seek group %q on topic %q", g.Name(), g.topic)
@@ -481,10 +474,10 @@ func (g *Group[V]) Seek(ctx context.Context, partition int, offset int64) error 
 	return err
 }
 
-// Replay moves every partition's offset to from (see Start), rewinding or
+// Replay moves every partition's offset to from (see [Start]), rewinding or
 // advancing it, at once: no partition is delivered from its new offset
-// before every offset moved. Like Seek it waits for the deliveries in
-// flight until ctx ends, and then moves nothing. Records are delivered
+// before every offset moved. Like [Group.Seek] it waits for the deliveries
+// in flight until ctx ends, and then moves nothing. Records are delivered
 // again with Attempt starting at 1.
 func (g *Group[V]) Replay(ctx context.Context, from Start) error {
 	if ctx == nil {
@@ -503,8 +496,8 @@ func (g *Group[V]) Committed(partition int) int64 { return g.eng.Committed(parti
 // partitions.
 func (g *Group[V]) Lag() int64 { return g.eng.Lag() }
 
-// GroupStats counts what a group's deliveries did. The counters belong to the
-// group and survive rebalances.
+// GroupStats counts what a group's deliveries did ([Group.Stats]). The
+// counters belong to the group and survive rebalances.
 type GroupStats struct {
 	Delivered          int64 // messages acked
 	Retried            int64 // failed attempts that were retried
@@ -517,7 +510,7 @@ type GroupStats struct {
 // Stats returns the group's counters.
 func (g *Group[V]) Stats() GroupStats { return GroupStats(g.eng.Stats()) }
 
-// DeadLetter is a message the group gave up on.
+// DeadLetter is a message the group gave up on ([Group.DeadLetters]).
 type DeadLetter[V any] struct {
 	Message  Message[V] // Value is the zero V when the record could not be decoded, or was not kept
 	Attempts int        // deliveries made, the last included
@@ -529,7 +522,7 @@ type DeadLetter[V any] struct {
 	// record whose key and headers alone passed the engine's limits is
 	// kept without those too. The in-memory engine keeps every letter
 	// whole; an engine whose server limits message sizes says in its
-	// documentation when it cannot. Redrive cannot send a truncated
+	// documentation when it cannot. [Group.Redrive] cannot send a truncated
 	// letter back: the record itself is still in its partition, at
 	// Message.Offset, until retention removes it.
 	Truncated bool
@@ -537,7 +530,7 @@ type DeadLetter[V any] struct {
 }
 
 // DeadLetters returns the group's dead letters, oldest first: at most the
-// group's dead-letter limit (WithDeadLetterLimit).
+// group's dead-letter limit ([WithDeadLetterLimit]).
 func (g *Group[V]) DeadLetters() []DeadLetter[V] {
 	letters := g.eng.DeadLetters()
 	out := make([]DeadLetter[V], len(letters))
@@ -570,27 +563,24 @@ func (g *Group[V]) letter(l *engine.DeadLetter) DeadLetter[V] {
 
 // Redrive sends the group's dead letters that match accepts (every one
 // when match is nil) back to this group, and to no other: each is taken
-// out of DeadLetters and delivered again on its partition, as a new
-// record would be, with Message.Attempt counting from 1 again, retried and
-// dead-lettered as before if it fails again. Other groups of the topic,
-// which may have handled the record, see nothing (publishing the value
-// again would reach them all). It returns how many letters it sent back,
-// counted in GroupStats.Redriven, and logs that at Info.
-//
-// To pick letters by ID, match on Message.ID:
+// out of [Group.DeadLetters] and delivered again on its partition, as a
+// new record would be, with [Message.Attempt] counting from 1 again,
+// retried and dead-lettered as before if it fails again. Other groups of
+// the topic see nothing (publishing the value again would reach them all).
+// It returns how many letters it sent back, counted in
+// [GroupStats.Redriven], and logs that at Info. To pick letters by ID:
 //
 //	n, err := g.Redrive(ctx, func(l pubsub.DeadLetter[Order]) bool { return slices.Contains(ids, l.Message.ID) })
 //
 // A redriven letter is delivered before the records its partition's
-// consumer has not read yet, and out of offset order (Message.Offset is
-// its original offset); it commits nothing, since the group's offset is
-// already past it. Drain waits for it; one that Close leaves undelivered
-// is put back in DeadLetters. match is called once per letter, under no
-// lock, on the caller's goroutine.
-//
-// The in-memory engine does not wait for the deliveries (ctx is for
-// engines that must reach a server). It fails with ErrClosed once Close
-// began, and with ErrInvalid on an engine that cannot redrive.
+// consumer has not read yet, out of offset order (Message.Offset is its
+// original offset); it commits nothing, since the group's offset is
+// already past it. [Broker.Drain] waits for it; one that Close leaves
+// undelivered is put back in DeadLetters. match is called once per letter,
+// under no lock, on the caller's goroutine. The in-memory engine does not
+// wait for the deliveries (ctx is for engines that must reach a server).
+// It fails with [ErrClosed] once Close began, and with [ErrInvalid] on an
+// engine that cannot redrive.
 func (g *Group[V]) Redrive(ctx context.Context, match func(DeadLetter[V]) bool) (int, error) {
 	if ctx == nil {
 		return 0, fail(errNilContext, "redrive group %q on topic %q", g.Name(), g.topic)
@@ -616,7 +606,8 @@ func redrive(ctx context.Context, caps engine.Capabilities, g engine.Group, matc
 // DiscardDeadLetters removes the group's dead letters that match accepts
 // (every one when match is nil) without delivering them, and returns how
 // many it removed. The others stay, in their order. It is how an operator
-// drops letters known to be garbage; to try them again, use Redrive.
+// drops letters known to be garbage; to try them again, use
+// [Group.Redrive].
 //
 // match is called once per letter, under no lock, on the caller's
 // goroutine, on a copy: a letter that a concurrent Redrive or eviction
@@ -624,10 +615,9 @@ func redrive(ctx context.Context, caps engine.Capabilities, g engine.Group, matc
 // on deliveries. ctx bounds it: when ctx ends part way, the letters removed
 // so far stay removed and are counted, and the error wraps ctx's.
 //
-// It logs the count at Info, and raises no hook. It fails with ErrClosed
-// once Close began, with ErrSubscription once the group was deleted
-// (ErrTopicNotFound once its topic was), and with ErrInvalid on an engine
-// that cannot discard dead letters. Safe for concurrent use.
+// It logs the count at Info, and raises no hook. It fails with [ErrClosed]
+// once Close began, and with [ErrInvalid] on an engine that cannot discard
+// dead letters.
 func (g *Group[V]) DiscardDeadLetters(ctx context.Context, match func(DeadLetter[V]) bool) (int, error) {
 	if ctx == nil {
 		return 0, fail(errNilContext, "discard dead letters of group %q on topic %q", g.Name(), g.topic)
@@ -655,7 +645,7 @@ func (g *Group[V]) discard(ctx context.Context, match func(DeadLetter[V]) bool) 
 // LatestDeadLetters returns the group's newest n dead letters (fewer when
 // it holds fewer), newest first, decoding only those: the way to show the
 // tail of a long dead-letter queue. n = 0 returns none; a negative n is
-// ErrInvalid. DeadLetters returns them all, oldest first.
+// [ErrInvalid]. [Group.DeadLetters] returns them all, oldest first.
 //
 // An engine that cannot read its newest letters alone (the in-memory engine
 // can) has them taken from all of DeadLetters. A remote engine asks its
@@ -664,9 +654,7 @@ func (g *Group[V]) discard(ctx context.Context, match func(DeadLetter[V]) bool) 
 //
 // Like DeadLetters it is a read, and works after Close: the in-memory
 // engine still holds its letters then (an engine whose server connection
-// closed with the broker says ErrClosed). It fails with ErrSubscription
-// once the group was deleted (ErrTopicNotFound once its topic was). It
-// logs nothing. Safe for concurrent use.
+// closed with the broker says [ErrClosed]). It logs nothing.
 func (g *Group[V]) LatestDeadLetters(ctx context.Context, n int) ([]DeadLetter[V], error) {
 	const verb = "latest dead letters of group %q on topic %q"
 	switch {

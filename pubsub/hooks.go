@@ -9,58 +9,51 @@ import (
 )
 
 // Hook is a value that implements one or more of the Hook* interfaces
-// below; WithHooks registers it. This is franz-go's pattern: a hook
-// implements only the events it cares about, the broker sorts the hooks
-// by event once, when it is built, and an event nobody hooks costs a nil
-// check.
-//
-// Rules for every hook:
+// below; [WithHooks] registers it. As in franz-go, a hook implements only
+// the events it cares about, the broker sorts the hooks by event once, and
+// an event nobody hooks costs a nil check. Rules for every hook:
 //
 //   - Hooks are called synchronously, on the goroutine where the event
 //     happened: the publisher's for publish and backpressure events (and
-//     drops and expiries a publish causes; HookPublished of an
-//     asynchronous publish comes from whoever resolves it, see there),
-//     the partition's worker for
-//     delivery, retry, dead-letter and skip events (and expiries a read
-//     causes), the caller's for rebalance, close and new-broker events,
-//     the stuck-handler watchdog's for stuck events, the engine's own for
-//     membership events. A slow hook slows that goroutine: a delivery hook
-//     delays its whole partition. Keep hooks fast; hand slow work to a goroutine of
-//     your own.
+//     drops and expiries a publish causes; see [HookPublished] for an
+//     asynchronous publish), the partition's worker for delivery, retry,
+//     dead-letter and skip events (and expiries a read causes), the
+//     caller's for rebalance, close and new-broker events, the
+//     stuck-handler watchdog's ([WithStuckAfter]) for stuck events, the
+//     engine's own for membership events. A slow hook slows that
+//     goroutine: a delivery hook delays its whole partition. Hand slow work
+//     to a goroutine of your own.
 //   - Hooks are called outside every lock of the broker, so they may call
-//     the broker's read methods (Snapshot, Stats, Lag, Committed,
-//     Assignment, DeadLetters) and Publish to a topic that does not block.
-//     They must not call Close, Drain, Flush, Leave, Pause, Seek, Replay
-//     or Redrive without a ctx deadline: those wait for deliveries or
-//     records in flight, perhaps the very one a hook runs in, or for the
-//     watchdog a stuck hook runs on.
+//     the broker's read methods ([Broker.Snapshot], Stats, Lag, Committed,
+//     Assignment, DeadLetters) and publish to a topic that does not block.
+//     They must not call [Broker.Close], [Broker.Drain], [Topic.Flush],
+//     [Group.Leave], Pause, Seek, Replay or Redrive without a ctx deadline:
+//     those wait for deliveries or records in flight, perhaps the very one
+//     a hook runs in, or for the watchdog a stuck hook runs on.
 //   - Hooks must be safe for concurrent use: different partitions raise
 //     events at the same time.
-//   - A panicking hook is recovered: the panic is logged at Error with
-//     its stack (when WithLogger is set), the event goes on as if that
-//     hook had returned (a publish or a delivery is not failed by it), and
-//     the other hooks are still called. A hook's panic is never taken for
-//     the handler's.
+//   - A panicking hook is recovered and logged at Error with its stack
+//     ([WithLogger]); the event goes on as if it had returned (a publish or
+//     a delivery is not failed by it), the other hooks are still called,
+//     and its panic is never taken for the handler's.
 //   - Several hooks of one kind are called in the order given to
 //     WithHooks.
 //
-// The events the typed layer sees (publish, delivery start and end, close)
-// are raised for every engine. The others (retry, dead letter, rebalance,
-// backpressure, drop, expiry, skip, stuck, membership) come from inside
-// the engine, which raises them only if it can: the in-memory engine does,
-// except membership, which it keeps in process.
+// Publish, delivery and close events are raised on every engine. The
+// others come from inside the engine, which raises them if it can: the
+// in-memory engine does, except membership, which it keeps in process.
 type Hook any
 
-// HookNewBroker is called once by NewBroker, with the broker it built,
+// HookNewBroker is called once by [NewBroker], with the broker it built,
 // before NewBroker returns (not when an option was invalid). A hook that
-// reads the broker later, such as metrics read from Snapshot at
+// reads the broker later, such as metrics read from [Broker.Snapshot] at
 // collection time, keeps it from here.
 type HookNewBroker interface {
 	OnNewBroker(b *Broker)
 }
 
-// PublishInfo describes a record being published, to HookPublish and
-// HookPublished.
+// PublishInfo describes a record being published, to [HookPublish] and
+// [HookPublished].
 type PublishInfo struct {
 	Topic     string
 	Partition int
@@ -74,35 +67,35 @@ type PublishInfo struct {
 	// carries a trace context to consumers. In OnPublished they are
 	// read-only.
 	Headers map[string]string
-	// Batch is the number of records of the PublishBatch or PublishValues
-	// call that publishes it, 0 for Publish and PublishValue. A batch
-	// raises the hooks once per record.
+	// Batch is the number of records of the [Topic.PublishBatch] or
+	// PublishValues call that publishes it, 0 for Publish and PublishValue.
+	// A batch raises the hooks once per record.
 	Batch int
-	// ID is the record's Message.ID, set in OnPublished once it is stored,
+	// ID is the record's [Message.ID], set in OnPublished once it is stored,
 	// when the engine can tell (the in-memory engine can, except for an
-	// IDSource's record that retention already trimmed).
+	// [IDSource]'s record that retention already trimmed).
 	ID string
 }
 
 // HookPublish is called for each record about to be appended, after it was
 // encoded and routed. The context it returns is the one the next hook, and
-// HookPublished, get (for a batch, that record's HookPublished only: the
+// [HookPublished], get (for a batch, that record's HookPublished only: the
 // batch is appended under the caller's ctx).
 type HookPublish interface {
 	OnPublish(ctx context.Context, p *PublishInfo) context.Context
 }
 
-// HookPublished is called once the append of a record that HookPublish saw
-// returned: with where it landed, or with the error (ErrBackpressure,
-// ErrClosed, ctx's error) that kept it out of the log. For a record of
-// Topic.PublishAsync it is called when the record resolves, stored or
-// failed (ErrAborted, ErrOutcomeUnknown included), before its Pending's
-// Done closes, on the goroutine that resolves it: the publisher's when
-// the engine stores records at once (in memory), an engine goroutine when
-// it confirms them later (JetStream), where a slow hook delays the
-// outcomes of the records behind it. So every failure of an asynchronous
-// publish that got this far reaches it, whether or not anyone waits on
-// its Pending.
+// HookPublished is called once the append of a record that [HookPublish]
+// saw returned: with where it landed, or with the error ([ErrBackpressure],
+// [ErrClosed], ctx's error) that kept it out of the log. For a record of
+// [Topic.PublishAsync] it is called when the record resolves, stored or
+// failed ([ErrAborted], [ErrOutcomeUnknown] included), before its
+// [Pending]'s Done closes, on the goroutine that resolves it: the
+// publisher's when the engine stores records at once (in memory), an
+// engine goroutine when it confirms them later (JetStream), where a slow
+// hook delays the outcomes of the records behind it. So every failure of
+// an asynchronous publish that got this far reaches it, whether or not
+// anyone waits on its Pending.
 type HookPublished interface {
 	OnPublished(ctx context.Context, p *PublishInfo, pos Position, err error)
 }
@@ -120,7 +113,7 @@ type DeliveryInfo struct {
 	// Key and Headers are the record's own, shared with the log and every
 	// group: read-only, and valid only during the call. Key is nil for a
 	// keyless record. In OnStuck they are not known: Key, Headers, ID and
-	// Created are empty there, except with WithKeyConcurrency, where Key
+	// Created are empty there, except with [WithKeyConcurrency], where Key
 	// and Created are the stuck record's (a copy): the key holding its
 	// partition.
 	Key     []byte
@@ -129,15 +122,15 @@ type DeliveryInfo struct {
 
 // HookDeliver is called when a delivery attempt begins, before the value is
 // decoded. The context it returns is the one the next hook gets, and then
-// the Handler (a Stream's consumer has no context: for a Stream it reaches
-// HookDelivered only).
+// the [Handler] (a [Stream]'s consumer has no context: for a Stream it
+// reaches [HookDelivered] only).
 type HookDeliver interface {
 	OnDeliver(ctx context.Context, d *DeliveryInfo) context.Context
 }
 
 // HookDelivered is called when a delivery attempt ended, with the context
-// HookDeliver returned. Implementing it asks the broker to time every
-// delivery (DeliveryResult.Took): two clock readings per delivery, which
+// [HookDeliver] returned. Implementing it asks the broker to time every
+// delivery ([DeliveryResult.Took]): two clock readings per delivery, which
 // no one pays when no hook implements it.
 type HookDelivered interface {
 	OnDelivered(ctx context.Context, d *DeliveryInfo, r DeliveryResult)
@@ -151,10 +144,10 @@ const (
 	// acked); the offset is committed.
 	OutcomeAcked Outcome = iota
 	// OutcomeFailed: the handler returned an error or panicked (Err is a
-	// *PanicError then). The record is retried or dead-lettered, as
-	// HookRetry and HookDeadLetter then say.
+	// [*PanicError] then). The record is retried or dead-lettered, as
+	// [HookRetry] and [HookDeadLetter] then say.
 	OutcomeFailed
-	// OutcomeUndecodable: the value codec failed (Err is a *DecodeError);
+	// OutcomeUndecodable: the value codec failed (Err is a [*DecodeError]);
 	// the handler never ran and the record is dead-lettered.
 	OutcomeUndecodable
 	// OutcomeGivenBack: a Stream gave the delivery back unsettled (it
@@ -167,7 +160,7 @@ var outcomeNames = []string{OutcomeAcked: "acked", OutcomeFailed: "failed", Outc
 
 func (o Outcome) String() string { return enum.Name(outcomeNames, "Outcome", o) }
 
-// DeliveryResult is how a delivery attempt ended, for HookDelivered.
+// DeliveryResult is how a delivery attempt ended, for [HookDelivered].
 type DeliveryResult struct {
 	Outcome Outcome
 	Err     error         // nil when acked
@@ -194,11 +187,11 @@ type HookDeadLetter interface {
 }
 
 // DeadLetterEvent is a record given up on: Delivery.Attempt is the number
-// of attempts made, Err the last one's error (a *DecodeError, a
-// *PanicError or the handler's). Evicted is set when the group's bounded
+// of attempts made, Err the last one's error (a [*DecodeError], a
+// [*PanicError] or the handler's). Evicted is set when the group's bounded
 // dead-letter queue was full and dropped its oldest letter for this one,
 // or, with WithDeadLetterLimit(0), dropped this one (counted in
-// GroupStats.DeadLettersEvicted).
+// [GroupStats.DeadLettersEvicted]).
 type DeadLetterEvent struct {
 	Delivery DeliveryInfo
 	Err      error
@@ -220,9 +213,9 @@ type RebalanceEvent struct {
 	Before, After map[string][]int
 }
 
-// HookBackpressure is called when a producer finds a Block partition full
-// and begins to wait (Err nil), and when it gives up after BlockTimeout (Err
-// wraps ErrBackpressure, Waited is how long it waited). A wait that ends in
+// HookBackpressure is called when a producer finds a [Block] partition full
+// and begins to wait (Err nil), and when it gives up (Err wraps
+// [ErrBackpressure], Waited is how long it waited). A wait that ends in
 // room, or with the producer's ctx, raises no second event.
 type HookBackpressure interface {
 	OnBackpressure(e BackpressureEvent)
@@ -237,14 +230,14 @@ type BackpressureEvent struct {
 }
 
 // HookDrop is called when records left a partition unread to make room:
-// shed by DropOldest, or trimmed from a full partition no group reads
-// (counted in TopicStats.Dropped).
+// shed by [DropOldest], or trimmed from a full partition no group reads
+// (counted in [TopicStats.Dropped]).
 type HookDrop interface {
 	OnDrop(e TrimEvent)
 }
 
-// HookExpire is called when records older than Retention.MaxAge were
-// trimmed (counted in TopicStats.Expired).
+// HookExpire is called when records older than [Retention.MaxAge] were
+// trimmed (counted in [TopicStats.Expired]).
 type HookExpire interface {
 	OnExpire(e TrimEvent)
 }
@@ -257,7 +250,7 @@ type TrimEvent struct {
 }
 
 // HookSkip is called when a group found records trimmed before it read
-// them, and skipped from From to To (counted in GroupStats.Skipped).
+// them, and skipped from From to To (counted in [GroupStats.Skipped]).
 type HookSkip interface {
 	OnSkip(e SkipEvent)
 }
@@ -270,9 +263,9 @@ type SkipEvent struct {
 	From, To     int64
 }
 
-// HookStuck is called when a delivery has run longer than the WithStuckAfter
-// threshold (once per delivery), and again with Returned set when it
-// ends. It needs WithStuckAfter.
+// HookStuck is called when a delivery has run longer than the
+// [WithStuckAfter] threshold (once per delivery), and again with Returned
+// set when it ends. It needs WithStuckAfter.
 type HookStuck interface {
 	OnStuck(e StuckEvent)
 }
@@ -286,13 +279,10 @@ type StuckEvent struct {
 	Returned bool
 }
 
-// HookMembership is called when the broker can no longer follow a group's
-// membership (Err set: a heartbeat, or reading who is in the group and who
-// owns which partition, failed), and again when it can (Err nil). Only an
-// engine that keeps membership on a server raises it (the JetStream
-// engine), once per change, not on every failure; the in-memory engine
-// never does. GroupSnapshot.MembershipErr holds the latest failure
-// meanwhile.
+// HookMembership is called when [GroupSnapshot.MembershipErr] is set (the
+// broker can no longer follow a group's membership) and when it is cleared
+// again (Err nil): once per change, not on every failure. Only an engine
+// that keeps membership on a server raises it (the JetStream engine).
 type HookMembership interface {
 	OnMembership(e MembershipEvent)
 }
@@ -306,22 +296,22 @@ type MembershipEvent struct {
 	Lasted       time.Duration
 }
 
-// HookClose is called when the first Close returns, with how long it took
-// and what it returned.
+// HookClose is called when the first [Broker.Close] returns, with how long
+// it took and what it returned.
 type HookClose interface {
 	OnClose(e CloseEvent)
 }
 
-// CloseEvent is the end of Broker.Close.
+// CloseEvent is the end of [Broker.Close].
 type CloseEvent struct {
 	Took time.Duration
 	Err  error
 }
 
 // WithHooks registers hooks, each a value implementing one or more Hook*
-// interfaces, called in the order given. A nil hook, or one that
-// implements none of them, makes NewBroker report ErrInvalid (through Err
-// and NewTopic). Several WithHooks add up.
+// interfaces ([Hook]), called in the order given. A nil hook, or one that
+// implements none of them, makes [NewBroker] report [ErrInvalid] (through
+// Err and [NewTopic]). Several WithHooks add up.
 func WithHooks(hooks ...Hook) BrokerOption {
 	return brokerOptionFunc(func(c *brokerConfig) { c.hooks = append(c.hooks, hooks...) })
 }
@@ -359,12 +349,12 @@ func WithLogger(l *slog.Logger) BrokerOption {
 }
 
 // WithStuckAfter makes the broker watch for handlers that run longer than
-// d: such a delivery is reported to HookStuck, logged at Warn, and shows
-// Stuck in the Snapshot, whose RunningFor then says how long deliveries
+// d: such a delivery is reported to [HookStuck], logged at Warn, and shows
+// Stuck in the [Snapshot], whose RunningFor then says how long deliveries
 // have run. It costs the deliveries nothing: one goroutine samples what
 // the workers already record, every d/2, so a delivery is reported between
 // d and 1.5·d after it began. Without it (d = 0, the default) no goroutine
-// runs. Negative d is ErrInvalid; so is an engine that cannot watch its
+// runs. Negative d is [ErrInvalid]; so is an engine that cannot watch its
 // handlers.
 func WithStuckAfter(d time.Duration) BrokerOption {
 	return brokerOptionFunc(func(c *brokerConfig) { c.StuckAfter = d })

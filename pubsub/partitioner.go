@@ -11,7 +11,7 @@ import (
 // Partitioner picks a record's partition from its encoded key (nil for a
 // keyless record). Partition is called from every publishing goroutine at
 // once and must return a value in [0, partitions); anything else fails the
-// publish with ErrInvalid.
+// publish with [ErrInvalid].
 //
 // Routing happens here, above the engine, so a key lands on the same
 // partition whatever engine stores the topic.
@@ -19,8 +19,8 @@ type Partitioner interface {
 	Partition(key []byte, partitions int) int
 }
 
-// WithPartitioner sets the partitioner, overriding KeyHash. A nil
-// Partitioner is ErrInvalid.
+// WithPartitioner sets the partitioner, overriding [KeyHash]. A nil
+// Partitioner is [ErrInvalid].
 func WithPartitioner(p Partitioner) TopicOption {
 	return topicOptionFunc(func(c *topicConfig) {
 		if p == nil {
@@ -108,9 +108,9 @@ type sticky struct {
 	used    int
 }
 
-// Sticky hashes keyed records like KeyHash and sends keyless records to one
-// partition until batch of them went there, then moves to the next: fewer
-// partitions touched per burst. batch < 1 is treated as 1.
+// Sticky hashes keyed records like [KeyHash] and sends keyless records to
+// one partition until batch of them went there, then moves to the next:
+// fewer partitions touched per burst. batch < 1 is treated as 1.
 func Sticky(batch int) Partitioner { return &sticky{batch: max(batch, 1)} }
 
 func (s *sticky) Partition(key []byte, partitions int) int {

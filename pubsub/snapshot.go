@@ -10,45 +10,44 @@ import (
 	"github.com/logbus/logbus/engine"
 )
 
-// Snapshot is a broker's state at one moment: its topics, their partitions,
-// and the groups that read them. It is plain data, the caller's own: the
-// debug page, metrics read at scrape time and a listing of a broker's
-// topics and groups all read it. See Broker.Snapshot.
+// Snapshot is a broker's state at one moment ([Broker.Snapshot]): its
+// topics, their partitions, and the groups that read them. It is plain
+// data, the caller's own.
 type Snapshot struct {
-	// Taken is when the snapshot was read: by the Clock given with
-	// WithClock, or else time.Now. Lag in time is measured against it.
+	// Taken is when the snapshot was read: by the [Clock] given with
+	// [WithClock], or else time.Now. Lag in time is measured against it.
 	Taken time.Time
 	State State
-	// Partial is set when the engine cannot describe itself
-	// (WithEngine): the snapshot then lists the topics and groups made
-	// through this Broker with the counters every engine keeps, and the
-	// fields only a describing engine fills (GroupSnapshot.Paused, and in
-	// GroupPartitionSnapshot Oldest, LagAge, InFlight, Retrying, Attempt,
-	// Running, RunningFor, Stuck, Redriving) are zero, OldestUnsettled -1.
-	// The in-memory engine fills everything.
+	// Partial is set when the engine cannot describe itself: the snapshot
+	// then lists the topics and groups made through this Broker with the
+	// counters every engine keeps, and the fields only a describing engine
+	// fills ([GroupSnapshot.Paused], and in [GroupPartitionSnapshot] Oldest,
+	// LagAge, InFlight, Retrying, Attempt, Running, RunningFor, Stuck,
+	// Redriving) are zero, OldestUnsettled -1. The in-memory engine fills
+	// everything.
 	Partial bool
 	// Unavailable is set when a remote engine could not reach its server
-	// while taking the snapshot (see ErrUnavailable): the values it could
-	// not read are the last it observed, and each topic's and group's
-	// Observed says when that was. The in-memory engine never sets it.
+	// while taking the snapshot ([ErrUnavailable]): the values it could not
+	// read are the last it observed, and each topic's and group's Observed
+	// says when that was. The in-memory engine never sets it.
 	Unavailable bool
 	Topics      []TopicSnapshot // by name
 }
 
-// TopicSnapshot is one topic in a Snapshot.
+// TopicSnapshot is one topic in a [Snapshot].
 type TopicSnapshot struct {
 	Name       string
 	Stats      TopicStats          // the sum of the partitions' counters
 	Partitions []PartitionSnapshot // by partition
 	Groups     []GroupSnapshot     // by name
 	// Observed is when the partitions' bounds and counts were read: Taken,
-	// unless a remote engine could not reach its server and serves the
-	// last it observed (then Taken − Observed is how old they are).
+	// or earlier when [Snapshot.Unavailable] (Taken − Observed is how old
+	// they are).
 	Observed time.Time
 }
 
 // PartitionSnapshot is one partition of a topic: its bounds and counters
-// (see TopicStats for what each counts).
+// ([TopicStats] says what each counts).
 type PartitionSnapshot struct {
 	Partition     int
 	Earliest      int64 // the offset of the oldest retained record
@@ -62,18 +61,18 @@ type PartitionSnapshot struct {
 	TimedOut      int64
 }
 
-// GroupSnapshot is one consumer group of a topic in a Snapshot.
+// GroupSnapshot is one consumer group of a topic in a [Snapshot].
 type GroupSnapshot struct {
 	Name   string
 	Paused bool
 	// Consumers are the group's consumers, in the order they joined (by
 	// name in a Partial snapshot).
 	Consumers []string
-	// Assignment is each consumer's partitions, as Group.Assignment.
+	// Assignment is each consumer's partitions, as [Group.Assignment].
 	Assignment map[string][]int
 	Stats      GroupStats
 	// DeadLetters is how many dead letters the group holds now (at most
-	// its limit, WithDeadLetterLimit).
+	// its limit, [WithDeadLetterLimit]).
 	DeadLetters int
 	Lag         int64 // over all partitions, as Group.Lag
 	// LagAge is the largest LagAge of its partitions: how long the oldest
@@ -81,19 +80,18 @@ type GroupSnapshot struct {
 	LagAge     time.Duration
 	Partitions []GroupPartitionSnapshot // by partition
 	// Observed is when the oldest of the group's committed offsets (and
-	// so its lag) and dead-letter counts was read: Taken, unless a remote
-	// engine could not reach its server and serves the last it observed.
+	// so its lag) and dead-letter counts was read: Taken, or earlier when
+	// [Snapshot.Unavailable].
 	Observed time.Time
-	// MembershipErr is why this broker cannot follow the group's
-	// membership now, when its engine keeps membership on a server (the
-	// JetStream engine): the latest failure of a heartbeat, or of reading
-	// who is in the group and who owns what, nil once both succeed again.
-	// While it is set, the group's partitions stay with the owners the
-	// broker last knew, and its members may lose theirs to other brokers
-	// when their heartbeats expire. MembershipErrSince is when the
-	// failures began. The in-memory engine never sets them. The change is
-	// logged (a warning, then "restored" at Info) and raised to
-	// HookMembership.
+	// MembershipErr is why this broker cannot follow the group's membership
+	// now, when its engine keeps membership on a server (the JetStream
+	// engine): the latest failure of a heartbeat, or of reading who is in the
+	// group and who owns what; nil once both succeed again, and always with
+	// the in-memory engine. Meanwhile the group's partitions stay with the
+	// owners the broker last knew, and its members may lose theirs to other
+	// brokers when their heartbeats expire. MembershipErrSince is when the
+	// failures began. A change is logged (a warning, then "restored" at Info)
+	// and raised to [HookMembership].
 	MembershipErr      error
 	MembershipErrSince time.Time
 }
@@ -105,7 +103,7 @@ type GroupPartitionSnapshot struct {
 	Committed int64  // the next offset the group will read
 	Lag       int64  // records not yet committed
 	// Oldest is when the oldest record the group has not committed, the one
-	// at Committed, was published (its Message.Created); zero when Lag is 0
+	// at Committed, was published (its [Message.Created]); zero when Lag is 0
 	// or retention already trimmed that record. LagAge is Taken − Oldest,
 	// the lag in time (Kafka exporters' "lag seconds"); 0 when Oldest is
 	// zero.
@@ -113,28 +111,28 @@ type GroupPartitionSnapshot struct {
 	LagAge time.Duration
 	// InFlight is set while a handler (or a Stream's consumer) holds a
 	// delivery of this partition, Retrying while a failed record waits out
-	// its backoff. Attempt is then the delivery's Message.Attempt (in the
+	// its backoff. Attempt is then the delivery's [Message.Attempt] (in the
 	// in-memory engine at most 255: larger counts show as 255), 0
-	// otherwise. With WithKeyConcurrency they describe the oldest
+	// otherwise. With [WithKeyConcurrency] they describe the oldest
 	// unsettled record alone, the one at Committed.
 	InFlight, Retrying bool
 	Attempt            int
 	// Running is how many deliveries of this partition are in flight: 0
-	// or 1, or up to n with WithKeyConcurrency.
+	// or 1, or up to n with [WithKeyConcurrency].
 	Running int
 	// OldestUnsettled is the offset of the oldest record the group took
 	// and has not settled (acked or dead-lettered): in flight, waiting
-	// out a backoff, or (WithKeyConcurrency) waiting behind an earlier
+	// out a backoff, or ([WithKeyConcurrency]) waiting behind an earlier
 	// record of its key. The committed offset stops there, so it is
 	// Committed; -1 when no record is unsettled.
 	OldestUnsettled int64
 	// RunningFor is how long the delivery in flight has run, known only
-	// with WithStuckAfter (else 0). It is sampled, so it may be short by
+	// with [WithStuckAfter] (else 0). It is sampled, so it may be short by
 	// up to half the WithStuckAfter threshold. Stuck is set once it
 	// reached the threshold.
 	RunningFor time.Duration
 	Stuck      bool
-	// Redriving is how many dead letters Group.Redrive sent back wait to
+	// Redriving is how many dead letters [Group.Redrive] sent back wait to
 	// be delivered on this partition.
 	Redriving int
 }
@@ -144,11 +142,11 @@ type GroupPartitionSnapshot struct {
 // page read. It never waits for a handler and holds no lock for longer
 // than it takes to copy one partition or one group, so it is not atomic:
 // a group's committed offset may be ahead of the topic's counters read a
-// moment before. Topics and groups are sorted by name. Safe for concurrent
-// use, from a hook or a handler too, and after Close.
+// moment before. Topics and groups are sorted by name. Safe from a hook or
+// a handler too, and after Close.
 //
 // An engine that cannot describe itself gives a Partial snapshot: see
-// Snapshot.Partial.
+// [Snapshot.Partial].
 func (b *Broker) Snapshot() Snapshot {
 	if b == nil || b.eng == nil {
 		panic(errNoBroker)

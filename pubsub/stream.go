@@ -11,20 +11,22 @@ import (
 )
 
 // Stream is a consumer whose messages arrive on a channel instead of through
-// a Handler. It is a member of its group like any other consumer: it owns
-// some of the group's partitions, and each of them delivers one message at a
-// time (up to n with WithKeyConcurrency, never two with equal keys).
+// a [Handler] ([Topic.Stream]). It is a member of its group like any other
+// consumer: it owns some of the group's partitions, and each of them
+// delivers one message at a time (up to n with [WithKeyConcurrency], never
+// two with equal keys).
 //
-// Every Delivery must be acked or nacked. Until then its partition delivers
-// nothing further (per-key order; with WithKeyConcurrency, nothing further
-// of its key) and its offset is not committed (at-least-once). Deliveries
-// of different partitions can be outstanding at once.
+// Every [Delivery] must be acked or nacked. Until then its partition
+// delivers nothing further (per-key order; with WithKeyConcurrency, nothing
+// further of its key) and its offset is not committed (at-least-once).
+// Deliveries of different partitions can be outstanding at once.
 //
 // A delivery waiting on C that nobody has received is taken back at once
-// when the group wants its partition back (Pause, Seek, Replay, a
-// rebalance, Close): it is delivered again later with the same Attempt. A
-// delivery the caller has received is waited for; Pause, Seek, Replay and
-// Leave wait for it only until their ctx ends.
+// when the group wants its partition back ([Group.Pause], [Group.Seek],
+// [Group.Replay], a rebalance, [Broker.Close]): it is delivered again later
+// with the same Attempt. A delivery the caller has received is waited for
+// until it is acked or nacked; Pause, Seek, Replay and [Group.Leave] wait
+// for it only until their ctx ends.
 type Stream[V any] struct {
 	group    *Group[V]
 	consumer string
@@ -36,8 +38,8 @@ type Stream[V any] struct {
 	chOnce    sync.Once
 }
 
-// Delivery is one message handed to a Stream. Ack or Nack it exactly once;
-// later calls do nothing, and so do calls after its Stream was closed
+// Delivery is one message handed to a [Stream]. Ack or Nack it exactly
+// once; later calls do nothing, and so do calls after its Stream was closed
 // without it being settled (it went back to the group).
 type Delivery[V any] struct {
 	Message[V]
@@ -46,7 +48,7 @@ type Delivery[V any] struct {
 }
 
 // The states of a Delivery. Settling and abandoning race (an Ack against a
-// Stream.Close); the compare-and-swap from pending decides which one
+// [Stream.Close]); the compare-and-swap from pending decides which one
 // happened, so a settled delivery is never given back and an abandoned one
 // never counts as settled.
 const (
@@ -63,8 +65,9 @@ func (d *Delivery[V]) Ack() { d.settle(nil) }
 var errNacked = errors.New("logbus: nacked")
 
 // Nack reports the message failed with err: it counts as a failed attempt,
-// so the message is retried with backoff and then dead-lettered; an err
-// wrapping ErrPermanent dead-letters it at once. It does not block.
+// so the message is retried and then dead-lettered as the group's
+// [RetryPolicy] says; an err wrapping [ErrPermanent] dead-letters it at
+// once. It does not block.
 func (d *Delivery[V]) Nack(err error) {
 	if err == nil {
 		err = errNacked
@@ -78,8 +81,8 @@ func (d *Delivery[V]) settle(err error) {
 	}
 }
 
-// Stream joins group as consumer, like Subscribe, and returns the consumer's
-// channel of deliveries. It fails as Subscribe does.
+// Stream joins group as consumer, like [Topic.Subscribe], and returns the
+// consumer's channel of deliveries. It fails as Subscribe does.
 func (t *Topic[K, V]) Stream(group, consumer string, opts ...SubscribeOption) (*Stream[V], error) {
 	s := &Stream[V]{consumer: consumer, ch: make(chan *Delivery[V]), done: make(chan struct{})}
 	deliver := func(ctx context.Context, msg Message[V], revoked <-chan struct{}) error {
@@ -133,8 +136,8 @@ func giveBack(ctx context.Context, revoked <-chan struct{}, err error) error {
 }
 
 // C returns the channel of deliveries. It is closed when the stream leaves
-// its group: by Close, by Broker.Close, or when Broker.DeleteGroup or
-// Broker.DeleteTopic deleted the group.
+// its group: by [Stream.Close], by [Broker.Close], or when
+// [Broker.DeleteGroup] or [Broker.DeleteTopic] deleted the group.
 func (s *Stream[V]) C() <-chan *Delivery[V] { return s.ch }
 
 // All returns an iterator over the deliveries, for use with range; it ends
@@ -157,10 +160,10 @@ func (s *Stream[V]) Group() *Group[V] { return s.group }
 // group's remaining consumers (or to the next one to join): one the caller
 // had received comes again with Attempt one higher, one still unread with
 // the same Attempt. Deliveries already settled stand. C is closed when
-// Close returns (when Group.Leave removed the stream first, once its
+// Close returns (when [Group.Leave] removed the stream first, once its
 // deliveries ended). Close waits only for the stream's own hand-over code
-// to notice, never for the caller. Close is idempotent; after Broker.Close,
-// or once the group was deleted, it does nothing.
+// to notice, never for the caller. Close is idempotent; after
+// [Broker.Close], or once the group was deleted, it does nothing.
 func (s *Stream[V]) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.done)

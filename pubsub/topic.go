@@ -15,11 +15,10 @@ import (
 
 // Topic is a named log of records with keys of type K and values of type V,
 // split into a fixed number of partitions. Records with equal encoded keys
-// always land in the same partition, and each partition is delivered to each
-// group in offset order. All methods are safe for concurrent use. After
-// Broker.Close, Publish, Subscribe and Stream fail with ErrClosed; Stats and
-// Offsets keep working. After Broker.DeleteTopic they fail with
-// ErrTopicNotFound; see there.
+// always land in the same partition ([Partitioner]), and each partition is
+// delivered to each group in offset order. All methods are safe for
+// concurrent use. After [Broker.Close] the calls behave as [ErrClosed]
+// says; after [Broker.DeleteTopic], as it says.
 type Topic[K, V any] struct {
 	b           *Broker
 	eng         engine.Topic
@@ -39,7 +38,7 @@ type Topic[K, V any] struct {
 
 	async *asyncState // PublishAsync's records and failures, for Flush
 
-	// deleted is set by Broker.DeleteTopic: Subscribe, Stream and
+	// deleted is set by [Broker.DeleteTopic]: Subscribe, Stream and
 	// SubscribeBatch, which name the topic to the engine, must not reach a
 	// topic created again under the name.
 	deleted atomic.Bool
@@ -63,15 +62,15 @@ func (t *Topic[K, V]) errDeleted() error {
 	return fmt.Errorf("%w: the topic was deleted", ErrTopicNotFound)
 }
 
-// TopicOption configures a topic. Options only record; NewTopic checks them
-// all at once.
+// TopicOption configures a topic. Options only record; [NewTopic] checks
+// them all at once.
 type TopicOption interface{ applyTopic(*topicConfig) }
 
 type topicConfig struct {
 	engine.TopicSpec
 	partitionsSet bool
 	partitioner   Partitioner
-	// maxInFlight bounds PublishAsync (WithMaxInFlight); 0 until set.
+	// maxInFlight bounds PublishAsync ([WithMaxInFlight]); 0 until set.
 	maxInFlight    int
 	maxInFlightSet bool
 	err            error // the first invalid option, reported by NewTopic
@@ -89,127 +88,134 @@ type topicOptionFunc func(*topicConfig)
 func (f topicOptionFunc) applyTopic(c *topicConfig) { f(c) }
 
 // WithPartitions sets the number of partitions, overriding the default of 1.
-// It is fixed for the topic's life; n < 1 or n > MaxPartitions is
-// ErrInvalid, and so is a shape whose partitions × MaxMessages exceeds
-// MaxTopicMessages. Partitions are the unit of parallelism: each group runs
-// one worker per partition.
+// It is fixed for the topic's life; n < 1 or n > [MaxPartitions] is
+// [ErrInvalid], and so is a shape whose partitions × MaxMessages exceeds
+// [MaxTopicMessages]. Partitions are the unit of parallelism: each group
+// runs one worker per partition.
 func WithPartitions(n int) TopicOption {
 	return topicOptionFunc(func(c *topicConfig) { c.Partitions, c.partitionsSet = n, true })
 }
 
-// FullPolicy is what a full partition does with a new record.
+// FullPolicy is what a full partition does with a new record
+// ([Retention.OnFull]).
 type FullPolicy int
 
 const (
-	// Block makes Publish wait for room, at most Retention.BlockTimeout and
-	// never past its context, then fail with ErrBackpressure having appended
-	// nothing; the error names the group holding the oldest record. Room
-	// appears when the slowest group commits. Block waits only for groups:
-	// a partition that no group reads trims its oldest record instead.
+	// Block makes a publish wait for room, at most [Retention.BlockTimeout]
+	// and never past its context, then fail with [ErrBackpressure] having
+	// appended nothing; the error names the group holding the oldest record.
+	// Room appears when the slowest group commits. Block waits only for
+	// groups: see [Retention] for a partition that no group reads.
 	//
 	// A handler that publishes into a partition its own group keeps full
-	// would wait for itself: the group commits the handler's record only
-	// once the handler returns (the deadlock Tailscale's eventbus met).
-	// When that is certain, Publish does not wait: it fails at once with
-	// ErrBackpressure naming the group. Certain means: the publish's ctx
-	// is the one the handler (or BatchHandler) was given, or derived from
-	// it; the partition is the one the handler is delivering; its group
-	// holds the partition's oldest record; and the topic has no MaxAge
-	// (which could make room). So publish from the handler itself, or from
-	// a goroutine it waits for, with its ctx; a goroutine that outlives
-	// the handler should get a context of its own. Otherwise (a context
-	// of another origin, another group holding the oldest record too, a
-	// Stream's consumer, which holds no handler ctx) the publish waits
-	// BlockTimeout and fails with ErrBackpressure naming the group holding
-	// the oldest record. To publish from a handler into its own topic,
-	// give that topic DropOldest, or room for what one delivery publishes.
+	// would wait for itself: the group commits the handler's record only once
+	// the handler returns (the deadlock Tailscale's eventbus met). When that
+	// is certain the publish fails at once with ErrBackpressure naming the
+	// group. Certain means: the publish's ctx is the handler's (or
+	// [BatchHandler]'s), or derived from it; the partition is the one the
+	// handler is delivering; its group holds the partition's oldest record;
+	// and the topic has no MaxAge, which could make room. So publish from the
+	// handler, or from a goroutine it waits for, with its ctx, and give a
+	// goroutine that outlives the handler a context of its own. Otherwise (a
+	// context of another origin, another group holding the oldest record too,
+	// a [Stream]'s consumer) the publish waits as above. To publish from a
+	// handler into its own topic, give that topic [DropOldest], or room for
+	// what one delivery publishes.
 	Block FullPolicy = iota
-	// DropOldest evicts the oldest record, read or not, so Publish never
+	// DropOldest evicts the oldest record, read or not, so a publish never
 	// waits. A group whose delivery of an evicted record had not begun skips
-	// it and counts it in GroupStats.Skipped (a record waiting for a retry
-	// is skipped too); the topic counts it in TopicStats.Dropped.
+	// it and counts it in [GroupStats.Skipped] (a record waiting for a retry
+	// is skipped too); the topic counts it in [TopicStats.Dropped].
 	DropOldest
 )
 
 func (f FullPolicy) String() string { return engine.FullPolicy(f).String() }
 
-// Retention bounds each partition of a topic. Zero fields mean the defaults.
+// Retention bounds each partition of a topic ([WithRetention]). Zero fields
+// mean the defaults.
 //
 // A partition holds at most MaxMessages records and, with MaxBytes, at
-// most MaxBytes bytes of keys, values and headers. Records are not freed when
-// acked, so a group can replay them; they are freed when the partition is
-// full and every group has committed past them, or when MaxAge passes. A
-// full partition that no group reads trims its oldest record, whatever
-// OnFull says, and counts it in TopicStats.Dropped: publishers never wait
-// for a reader that may never come, and a group created later starts at
-// the oldest record still retained, so it finds the newest ones.
+// most MaxBytes bytes of keys, values and headers. Records are not freed
+// when acked, so a group can replay them; they are freed when the
+// partition is full and every group has committed past them, or when
+// MaxAge passes. A full partition that no group reads trims its oldest
+// record, whatever OnFull says, and counts it in [TopicStats.Dropped]:
+// publishers never wait for a reader that may never come, and a group
+// created later starts at the oldest record still retained, so it finds
+// the newest ones.
 //
-// Memory, as measured on go1.26 for amd64 (TestRetentionDocStatesTheMemoryCost
-// keeps these numbers true):
-//
-//   - A partition takes 680 bytes plus a slot of 8 bytes per record of
-//     MaxMessages (a little more after the allocator rounds it up),
-//     allocated by NewTopic whether or not records come: 10.0 KiB for the
-//     default 1024 records.
-//   - A retained record takes 112 bytes plus its encoded key and value,
-//     each rounded up to an allocator size class, plus its headers if it
-//     has any; once a group has delivered it, about 25 bytes more, its
-//     share of the record IDs the partition keeps formatted for its groups.
-//
-// So a topic holds at most about partitions × (10 KiB + MaxMessages × (140
-// bytes + key + value)): 4 partitions of 1024 records of 1 KiB take about
-// 4.6 MiB. MaxBytes bounds the keys, values and headers, not the 140
-// bytes. With
-// codecs that can append (codec.Appender: Bytes, RawBytes, String, Int) a
-// new record reuses the buffers of a freed one, which keep their capacity
-// up to 1 KiB: there the key and value to count are the largest ones, up
-// to 1 KiB each. Each group adds a goroutine per partition, which is not
+// Memory, as measured on go1.26 for amd64
+// (TestRetentionDocStatesTheMemoryCost keeps these numbers true): a
+// partition takes 680 bytes plus a slot of 8 bytes per record of
+// MaxMessages, allocated by [NewTopic] whether or not records come (10.0
+// KiB for the default 1024 records); a retained record takes 112 bytes plus
+// its encoded key and value, each rounded up to an allocator size class,
+// plus its headers, and about 25 bytes more once a group delivered it (its
+// share of the record IDs the partition keeps formatted). So a topic holds
+// at most about partitions × (10 KiB + MaxMessages × (140 bytes + key +
+// value)): 4 partitions of 1024 records of 1 KiB take about 4.6 MiB.
+// MaxBytes bounds the keys, values and headers, not the 140 bytes. With
+// codecs that reuse a freed record's buffers ([codec.Appender]), which keep
+// their capacity up to 1 KiB, the key and value to count are the largest
+// ones, up to 1 KiB each. Each group adds a goroutine per partition, not
 // counted here.
 type Retention struct {
 	// MaxMessages is the bounded buffer of each partition. Default 1024;
-	// negative is ErrInvalid, and so is a value that makes partitions ×
-	// MaxMessages exceed MaxTopicMessages.
+	// negative is [ErrInvalid], and so is a value that makes partitions ×
+	// MaxMessages exceed [MaxTopicMessages].
 	MaxMessages int
-	// MaxAge trims records older than this (by the broker's Clock) whether
+	// MaxAge trims records older than this (by the broker's [Clock]) whether
 	// or not they were read; groups that had not read them count them as
 	// Skipped. Trimming happens when the partition is next published to or
 	// read, and a producer blocked on a full partition wakes when its oldest
 	// record expires. 0 means no age limit.
 	MaxAge time.Duration
-	// OnFull is Block (the default) or DropOldest.
+	// OnFull is [Block] (the default) or [DropOldest].
 	OnFull FullPolicy
-	// BlockTimeout is how long a Block partition makes Publish wait for
-	// room. Default 1s.
+	// BlockTimeout is how long [Block] makes a publish wait for room. Default
+	// 1s.
 	BlockTimeout time.Duration
 	// MaxBytes is a bound on the bytes a partition retains: each record
 	// counts its key, its value, and the keys and values of its headers
 	// (bookkeeping is not counted); 0 means no byte bound; < 0 is
-	// ErrInvalid. A partition is full when either bound is reached, and
+	// [ErrInvalid]. A partition is full when either bound is reached, and
 	// frees (or, under Block, waits for) as many of its oldest records as
 	// a new record needs to fit. A record that alone exceeds MaxBytes
 	// could never fit: its Publish fails at once with ErrInvalid, and a
 	// PublishBatch holding one fails before anything is published. Headers
-	// a HookPublish adds count too.
+	// a [HookPublish] adds count too.
 	MaxBytes int64
 }
 
-// The limits of a topic's shape. Past them NewTopic fails at once with
-// ErrInvalid naming the limit, before it allocates anything: a topic
+// The limits of a topic's shape. Past them [NewTopic] fails at once with
+// [ErrInvalid] naming the limit, before it allocates anything: a topic
 // allocates a slot per record of MaxMessages in each partition when it is
-// created (see Retention), so an absurd shape would otherwise be an
+// created (see [Retention]), so an absurd shape would otherwise be an
 // out-of-memory crash rather than an error.
 const (
 	// MaxPartitions is the most partitions a topic may have
-	// (WithPartitions): far more than any machine has cores to run.
-	MaxPartitions = engine.MaxPartitions
-	// MaxTopicMessages bounds partitions × Retention.MaxMessages, the
+	// ([WithPartitions]): far more than any machine has cores to run.
+	MaxPartitions = 1 << 16 // 65,536
+	// MaxTopicMessages bounds partitions × [Retention.MaxMessages], the
 	// records a topic may retain at most, and so MaxMessages itself: 16 Mi
-	// slots, 128 MiB allocated by NewTopic.
-	MaxTopicMessages = engine.MaxTopicMessages
+	// slots, 128 MiB allocated by [NewTopic].
+	MaxTopicMessages = 1 << 24 // 16,777,216
 )
 
+// The limits above, [MaxBatchSize] and [MaxKeyConcurrency] are the engine
+// package's, which the engines enforce; they are written out here so that
+// go doc shows their values. This compiles only while each pair is equal:
+// an index into a one-element array must be 0.
+func _() {
+	var x [1]struct{}
+	_ = x[MaxPartitions-engine.MaxPartitions]
+	_ = x[MaxTopicMessages-engine.MaxTopicMessages]
+	_ = x[MaxBatchSize-engine.MaxBatchSize]
+	_ = x[MaxKeyConcurrency-engine.MaxKeyConcurrency]
+}
+
 // WithRetention sets the retention of every partition, overriding the
-// defaults field by field (a zero field keeps its default).
+// defaults field by field (a zero field keeps its default: see [Retention]).
 func WithRetention(r Retention) TopicOption {
 	return topicOptionFunc(func(c *topicConfig) {
 		c.Retention = engine.Retention{MaxMessages: r.MaxMessages, MaxAge: r.MaxAge,
@@ -222,9 +228,9 @@ func WithRetention(r Retention) TopicOption {
 //
 //	orders, err := pubsub.NewTopic(b, "orders", codec.String(), codec.JSON[Order]())
 //
-// It fails with ErrTopicExists for a name already taken, ErrInvalid for an
-// empty name, a nil codec or a bad option, and ErrClosed once Close began.
-// It does not block.
+// It fails with [ErrTopicExists] for a name already taken, [ErrInvalid] for
+// an empty name, a nil codec or a bad option, and [ErrClosed] once Close
+// began. It does not block.
 func NewTopic[K, V any](b *Broker, name string, keys codec.Codec[K], values codec.Codec[V], opts ...TopicOption) (*Topic[K, V], error) {
 	switch {
 	case b == nil || b.eng == nil:
@@ -285,8 +291,9 @@ func (t *Topic[K, V]) Partitions() int { return t.eng.Partitions() }
 
 // Position is where a published record landed. A call that publishes
 // nothing returns Position{Partition: -1, Offset: -1}, which no record
-// ever has, with its error: a failed Publish or PublishValue, and the
-// publish hooks' report of a record that failed (HookPublished).
+// ever has, with its error: a failed [Topic.Publish] or
+// [Topic.PublishValue], a failed [Pending], and the publish hooks' report
+// of a record that failed ([HookPublished]).
 type Position struct {
 	Partition int
 	Offset    int64
@@ -295,7 +302,7 @@ type Position struct {
 // noPosition is the Position of a record that was not published.
 var noPosition = Position{Partition: -1, Offset: -1}
 
-// PublishOption configures one Publish call.
+// PublishOption configures one publish.
 type PublishOption interface{ applyPublish(*publishConfig) }
 
 type publishConfig struct{ headers map[string]string }
@@ -304,23 +311,21 @@ type headersOption map[string]string
 
 func (h headersOption) applyPublish(c *publishConfig) { c.headers = h }
 
-// WithHeaders attaches headers to the record. The map is copied: changing it
-// after Publish returns changes nothing.
+// WithHeaders attaches headers to the record ([Message.Headers]). The map
+// is copied: changing it after the publish returns changes nothing.
 func WithHeaders(h map[string]string) PublishOption { return headersOption(h) }
 
 // Publish encodes key and value and appends the record to the partition the
-// key routes to, returning where it landed. Records with equal encoded keys
-// land in the same partition for the topic's life, so they are delivered to
-// each group in the order they were published.
+// key routes to, returning where it landed.
 //
 // Publish returns as soon as the record is in the log; it does not wait for
-// delivery (nor, after PublishAsync calls, for anything but the records
-// ahead of it in its partition: see PublishAsync's order). It blocks only when the partition is full and the topic's
-// retention says Block: then it waits for room, at most BlockTimeout and
-// never past ctx, and fails with ErrBackpressure or ctx's error. A value or
-// key the codec cannot encode fails with the codec's error. After Close
-// began it fails with ErrClosed. A failed Publish appends nothing, and the
-// next record takes the offset.
+// delivery (nor, after [Topic.PublishAsync] calls, for anything but the
+// records ahead of it in its partition: see PublishAsync's order). It
+// blocks only when the partition is full and the topic's retention says
+// [Block], as long as Block says, failing with [ErrBackpressure] or ctx's
+// error. A value or key the codec cannot encode fails with the codec's
+// error. After Close began it fails with [ErrClosed]. A failed Publish
+// appends nothing (see [Position]), and the next record takes the offset.
 func (t *Topic[K, V]) Publish(ctx context.Context, key K, value V, opts ...PublishOption) (Position, error) {
 	rec := t.eng.NewRecord()
 	if err := t.encodeKey(rec, key); err != nil {
@@ -329,9 +334,10 @@ func (t *Topic[K, V]) Publish(ctx context.Context, key K, value V, opts ...Publi
 	return t.publish(ctx, rec, value, opts)
 }
 
-// PublishValue is Publish for a keyless record: the partitioner spreads such
-// records (round robin by default), so they have no order relative to each
-// other across partitions. Message.Key is nil on delivery.
+// PublishValue is [Topic.Publish] for a keyless record: the partitioner
+// spreads such records (round robin by default, [KeyHash]), so they have
+// no order relative to each other across partitions. [Message.Key] is nil on
+// delivery.
 func (t *Topic[K, V]) PublishValue(ctx context.Context, value V, opts ...PublishOption) (Position, error) {
 	rec := t.eng.NewRecord()
 	rec.Key = nil // keyless
@@ -476,32 +482,29 @@ func encodeInto[T any](buf *[]byte, c codec.Codec[T], app codec.Appender[T], v T
 	return err
 }
 
-// Entry is one record of a batch for PublishBatch.
+// Entry is one record of a batch for [Topic.PublishBatch].
 type Entry[K, V any] struct {
 	Key     K
 	Value   V
 	Headers map[string]string // copied; nil for none
 }
 
-// PublishBatch publishes entries in order, as Publish would one by one, and
-// returns where the records it published landed, in batch order: all of
-// them, or, with an error, the first len(positions), which are in the log
-// (none when the batch failed before anything was published); the entries
-// after those are not in the log, and can be published again. So every
-// position it returns is a real one. Records with equal keys keep their
-// batch order, as with Publish.
+// PublishBatch publishes entries in order, as [Topic.Publish] would one by
+// one, and returns where the records it published landed, in batch order:
+// all of them, or, with an error, the first len(positions), which are in
+// the log; the entries after those are not, and can be published again.
+// Records with equal keys keep their batch order.
 //
-// A batch costs the producer less than as many Publish calls: the clock is
-// read once, so every record of the batch has the same Created, and each
-// run of consecutive records bound for one partition is appended under one
-// lock, waking the partition's readers once. Another producer's records
-// may land between two runs.
+// A batch costs less than as many Publish calls: the clock is read once,
+// so every record of the batch has the same Created, and each run of
+// consecutive records bound for one partition is appended under one lock,
+// waking the partition's readers once. Another producer's records may land
+// between two runs.
 //
 // Every entry is encoded before anything is published: one the codecs
-// cannot encode fails the whole batch, with no positions. Under Block, the
-// call waits for room as often as it needs to, each record at most
-// BlockTimeout and never past ctx. After Close began it fails with
-// ErrClosed.
+// cannot encode fails the whole batch, with no positions. Under [Block],
+// the call waits for room as often as it needs to, each record as long as
+// Block says. After Close began it fails with [ErrClosed].
 func (t *Topic[K, V]) PublishBatch(ctx context.Context, entries []Entry[K, V]) ([]Position, error) {
 	return t.publishBatch(ctx, len(entries), func(i int, rec *engine.Record) error {
 		e := entries[i]
@@ -514,8 +517,8 @@ func (t *Topic[K, V]) PublishBatch(ctx context.Context, entries []Entry[K, V]) (
 	})
 }
 
-// PublishValues is PublishBatch for keyless records, spread by the
-// partitioner as PublishValue's are.
+// PublishValues is [Topic.PublishBatch] for keyless records, spread by the
+// partitioner as [Topic.PublishValue]'s are.
 func (t *Topic[K, V]) PublishValues(ctx context.Context, values []V) ([]Position, error) {
 	return t.publishBatch(ctx, len(values), func(i int, rec *engine.Record) error {
 		rec.Key = nil // keyless
@@ -584,8 +587,9 @@ func (t *Topic[K, V]) publishBatch(ctx context.Context, n int, encode func(i int
 }
 
 // batchScratch is what a batch publish needs only while it runs: its
-// records until the engine takes them, their partitions and their offsets. Pooled, since a
-// batch is published by a call per batch and the slices are as long as it.
+// records until the engine takes them, their partitions and their offsets.
+// Pooled, since a batch is published by a call per batch and the slices are
+// as long as it.
 type batchScratch struct {
 	recs       []*engine.Record
 	offsets    []int64
@@ -616,7 +620,7 @@ func putBatchScratch(s *batchScratch) {
 
 // applyPublishOptions is apart from publish so that the config, which the
 // options reach through an interface and so escapes, is allocated only
-// when there are options. A nil option is ErrInvalid.
+// when there are options. A nil option is [ErrInvalid].
 func applyPublishOptions(opts []PublishOption) (publishConfig, error) {
 	var cfg publishConfig
 	for i, o := range opts {
@@ -628,14 +632,14 @@ func applyPublishOptions(opts []PublishOption) (publishConfig, error) {
 	return cfg, nil
 }
 
-// TopicStats counts what happened to a topic's records, over all partitions.
-// Every record that left the log is counted once: Published − Retained ==
-// Reclaimed + Dropped + Expired.
+// TopicStats counts what happened to a topic's records, over all partitions
+// ([Topic.Stats]). Every record that left the log is counted once:
+// Published − Retained == Reclaimed + Dropped + Expired.
 type TopicStats struct {
 	Published int64 // records appended (the sum of the partitions' end offsets)
 	Retained  int   // records held now
 	// RetainedBytes is the bytes of the records held now as
-	// Retention.MaxBytes counts them (keys, values and headers), what it
+	// [Retention.MaxBytes] counts them (keys, values and headers), what it
 	// bounds in each partition.
 	RetainedBytes int64
 	Reclaimed     int64 // records freed after every group had committed past them
@@ -649,8 +653,8 @@ type TopicStats struct {
 func (t *Topic[K, V]) Stats() TopicStats { return topicStats(t.eng.Stats()) }
 
 // Offsets returns a partition's earliest retained offset and its end offset
-// (the offset the next record will get): the range Seek accepts. A partition
-// that does not exist is ErrInvalid. It does not block.
+// (the offset the next record will get): the range [Group.Seek] accepts. A
+// partition that does not exist is [ErrInvalid]. It does not block.
 func (t *Topic[K, V]) Offsets(partition int) (earliest, end int64, err error) {
 	stats := t.eng.Stats()
 	if partition < 0 || partition >= len(stats) {
@@ -661,9 +665,9 @@ func (t *Topic[K, V]) Offsets(partition int) (earliest, end int64, err error) {
 
 // Key decodes msg's key with the topic's key codec: the typed key of a
 // message this topic delivered, for handlers that need it as a K rather
-// than as Message.Key's bytes. A keyless message (PublishValue) has no key:
-// Key returns the zero K and an error wrapping ErrInvalid. It does not
-// block.
+// than as [Message.Key]'s bytes. A keyless message ([Topic.PublishValue])
+// has no key: Key returns the zero K and an error wrapping [ErrInvalid]. It
+// does not block.
 func (t *Topic[K, V]) Key(msg Message[V]) (K, error) {
 	var zero K
 	if msg.Key == nil {

@@ -9,8 +9,8 @@ import (
 
 var _ pubsub.Clock = (*Clock)(nil)
 
-// Clock is a pubsub.Clock that only moves when the test moves it. Pass it
-// to the broker with pubsub.WithClock.
+// Clock is a [pubsub.Clock] that only moves when the test moves it. Pass it
+// to the broker with [pubsub.WithClock].
 //
 // It drives what the broker reads from its Clock: Message.Created,
 // Retention.MaxAge trimming and DeadLetter.FailedAt. It does not drive the

@@ -3,17 +3,19 @@
 //
 // Each piece can be used alone:
 //
-//   - NewBroker ties a broker to a test: it is closed when the test ends,
-//     and a test that leaves records undelivered is told so. Drain is the
+//   - [NewBroker] ties a broker to a test: it is closed when the test ends,
+//     and a test that leaves records undelivered is told so. [Drain] is the
 //     barrier a test waits on instead of sleeping.
-//   - Recorder is a Handler that remembers what it acked, lets a test wait
-//     for it (WaitFor), and fails on demand (FailWith).
-//   - Clock is a clock the test moves by hand, for what the broker stamps
+//   - [Recorder] is a [pubsub.Handler] that remembers what it acked, lets a
+//     test wait for it ([Recorder.WaitFor]), and fails on demand
+//     ([Recorder.FailWith]).
+//   - [Clock] is a clock the test moves by hand, for what the broker stamps
 //     and trims by time.
-//   - History logs publishes and every delivery's start and end (Observe
-//     wraps a handler), and Check verifies at-least-once, per-key order,
-//     exclusive ownership and that every redelivery is explained: for the
-//     failover tests of a distributed engine.
+//   - [History] logs publishes and every delivery's start and end
+//     ([Observe] wraps a handler), and [History.Check] verifies
+//     at-least-once, per-key order, exclusive ownership and that every
+//     redelivery is explained: for the failover tests of a distributed
+//     engine.
 //
 // Engine authors have two more packages, kept apart so that a user's test
 // binary does not carry them:
@@ -25,10 +27,11 @@
 //
 // # Time
 //
-// The broker reads its Clock for the times it records (Message.Created,
-// DeadLetter.FailedAt) and for age retention (Retention.MaxAge). It waits
-// (retry backoff, Retention.BlockTimeout) on the runtime's timers, which a
-// Clock does not drive. For those, run the test in a testing/synctest
+// The broker reads its [pubsub.Clock] for the times it records
+// ([pubsub.Message.Created], [pubsub.DeadLetter.FailedAt]) and for age
+// retention ([pubsub.Retention.MaxAge]). It waits (retry backoff,
+// [pubsub.Retention.BlockTimeout]) on the runtime's timers, which a Clock
+// does not drive. For those, run the test in a testing/synctest
 // bubble, where timers use a virtual clock that jumps ahead whenever every
 // goroutine of the bubble is blocked, so backoff takes no real time and
 // its length can be asserted exactly. Build the broker inside the bubble
@@ -61,7 +64,7 @@
 //		})
 //	}
 //
-// Recorder.WaitFor and Drain wait on channels, which a bubble sees as
+// [Recorder.WaitFor] and Drain wait on channels, which a bubble sees as
 // durably blocked, so both work there, and a context timeout given to them
 // expires in virtual time, at once, when nothing else can happen.
 //

@@ -40,7 +40,7 @@ import (
 // A History is safe for concurrent use: the broker calls the observed
 // handlers from many goroutines while the test publishes. No method blocks
 // beyond a short critical section, and none calls user code under its lock.
-// The zero History is not ready: use NewHistory.
+// The zero History is not ready: use [NewHistory].
 type History struct {
 	mu     sync.Mutex
 	events []Event
@@ -63,7 +63,7 @@ const (
 	// Start: a handler was called (every field but Err set).
 	Start
 	// End: the handler of the Start with the same Delivery returned (Err set
-	// to what it returned, or a *pubsub.PanicError).
+	// to what it returned, or a [*pubsub.PanicError]).
 	End
 	// Reposition: Group's Partition of Topic was sought or replayed
 	// (Partition is -1 for every partition).
@@ -165,7 +165,7 @@ func (h *History) Crashed(consumer string) {
 // partition, offset): a failed delivery of it counts as completed, so the
 // partition may move past it. It may be called at any time before Check,
 // since an engine dead-letters after the failure the History saw.
-// NoteDeadLetters records a whole group's dead letters.
+// [NoteDeadLetters] records a whole group's dead letters.
 func (h *History) DeadLettered(group, topic string, partition int, offset int64) {
 	h.add(Event{Kind: DeadLetter, Group: group, Topic: topic, Partition: partition, Offset: offset})
 }
@@ -189,7 +189,7 @@ func (h *History) Events() []Event {
 
 // Observe returns a Handler that logs each call to next in h: a Start before
 // it, an End with its result after it (a panic is logged as a
-// *pubsub.PanicError and panics on). Pass the returned handler to Subscribe
+// [*pubsub.PanicError] and panics on). Pass the returned handler to Subscribe
 // of topic, with the same group and consumer names. From now on, Check
 // demands that group completes every record published to topic.
 //

@@ -11,7 +11,7 @@ import (
 
 var _ pubsub.Handler[int] = (*Recorder[int])(nil)
 
-// Recorder is a pubsub.Handler that acks every message and remembers it,
+// Recorder is a [pubsub.Handler] that acks every message and remembers it,
 // in ack order, so a test can check what its code published. FailWith makes
 // it fail chosen messages instead, to exercise retries and dead letters.
 //
@@ -43,7 +43,7 @@ func NewRecorder[V any]() *Recorder[V] {
 
 // FailWith makes Handle call fail for every message first: when fail
 // returns an error, Handle returns it (the broker retries the message, or
-// dead-letters it if the error wraps pubsub.ErrPermanent) and the message
+// dead-letters it if the error wraps [pubsub.ErrPermanent]) and the message
 // is not recorded. fail nil makes Handle ack everything again.
 //
 // It is safe for concurrent use and takes effect from the next Handle call;

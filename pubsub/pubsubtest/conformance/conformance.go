@@ -12,17 +12,17 @@ import (
 	"github.com/logbus/logbus/pubsub"
 )
 
-// Engine describes a broker implementation to RunConformance: how to build
+// Engine describes a broker implementation to [RunConformance]: how to build
 // one, and what the suite cannot check of it. Which optional promises it
 // keeps is not written here: the suite reads them from the engine
-// (pubsub.Broker.Capabilities, which is the engine's Capabilities).
+// ([pubsub.Broker.Capabilities], which is the engine's Capabilities).
 type Engine struct {
 	// Name names the engine in skip messages and in the summary.
 	Name string
 	// NewBroker returns a running broker on a fresh, empty engine, built
 	// with opts, and registers its Close at tb's cleanup (as
 	// [pubsubtest.NewBroker] does). An engine may refuse options it cannot
-	// honour: NewTopic then fails with an error wrapping pubsub.ErrInvalid.
+	// honour: NewTopic then fails with an error wrapping [pubsub.ErrInvalid].
 	// The suite only passes such options in subtests that need the
 	// matching capability. NewBroker is called from the goroutine running
 	// the subtest, inside its testing/synctest bubble when the engine has
@@ -43,8 +43,9 @@ type Engine struct {
 // documentation (the module's doc.go and the pubsub API) through the public
 // API only: per-key ordering, consumer groups, at-least-once delivery,
 // retries and dead letters, retention and backpressure, start positions,
-// seek and replay, pause, Drain, Close, streams, batch consumers, the
-// error contract, typed keys and asynchronous publishing. An engine author calls it from a test:
+// seek and replay, pause, Drain, Close, streams, batch consumers, the error
+// contract, typed keys and asynchronous publishing. An engine author calls
+// it from a test:
 //
 //	func TestConformance(t *testing.T) {
 //		conformance.RunConformance(t, conformance.Engine{
@@ -114,10 +115,10 @@ func RunConformance(t *testing.T, e Engine) {
 }
 
 // Capabilities returns what e promises beyond what every engine keeps, read
-// from a broker it builds and closes (pubsub.Broker.Capabilities), and the
+// from a broker it builds and closes ([pubsub.Broker.Capabilities]), and the
 // part of it e declares Untestable. It fails tb when e is not well formed:
 // no NewBroker, or an Untestable key that is not one capability e has, or
-// has no reason. RunConformance and the property suite call it first.
+// has no reason. [RunConformance] and the property suite call it first.
 func Capabilities(tb testing.TB, e Engine) (have, untestable engine.Capabilities) {
 	tb.Helper()
 	if e.NewBroker == nil {

@@ -385,7 +385,7 @@ func pickyStrings() codec.Codec[string] {
 		})
 }
 
-// partitionerFunc adapts a function to a pubsub.Partitioner.
+// partitionerFunc adapts a function to a [pubsub.Partitioner].
 type partitionerFunc func(key []byte, partitions int) int
 
 func (f partitionerFunc) Partition(key []byte, partitions int) int { return f(key, partitions) }

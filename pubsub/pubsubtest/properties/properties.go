@@ -5,13 +5,14 @@
 // rapid drives a state machine (publish.go, groups.go and streams.go; its
 // model in model.go) against one broker and one topic whose shape
 // (partitions, retention, retry policy) is drawn per run. Every action
-// waits for the system to go quiet (synctest.Wait) before the next, so a run is a sequence of well-defined states that rapid can
-// replay and shrink, while inside each action producers, workers, backoffs
-// and rebalances still run concurrently. Everything runs in a
-// testing/synctest bubble: backoffs, BlockTimeouts and age retention happen
-// in virtual time, exactly and instantly. The broker's clock is the
-// bubble's, read exactly (bubbleClock), so the model knows every record's
-// Created and can tell where AtTime starts.
+// waits for the system to go quiet (synctest.Wait) before the next, so a
+// run is a sequence of well-defined states that rapid can replay and
+// shrink, while inside each action producers, workers, backoffs and
+// rebalances still run concurrently. Everything runs in a testing/synctest
+// bubble: backoffs, BlockTimeouts and age retention happen in virtual time,
+// exactly and instantly. The broker's clock is the bubble's, read exactly
+// (bubbleClock), so the model knows every record's Created and can tell
+// where AtTime starts.
 //
 // Consumers come in two kinds. Handlers act out the fault their record
 // carries. Streams are driven by the actions: a delivery is received (or
@@ -104,7 +105,7 @@ const needs = engine.InjectedClock | engine.CustomIDs | engine.ExactBlock | engi
 	engine.MaxBytes | engine.Snapshots | engine.Redrive | engine.Delete | engine.DiscardDeadLetters |
 	engine.KeyConcurrency
 
-// runTB is the testing.TB that RunProperties hands to Engine.NewBroker:
+// runTB is the testing.TB that [RunProperties] hands to Engine.NewBroker:
 // cleanups, logs and failures go to the rapid run (whose cleanups run at
 // the end of the run, inside its bubble), the rest to the test.
 type runTB struct {
