@@ -225,6 +225,25 @@ func (rd *redrive) wake(partitions map[int]bool) {
 	_ = g.e.js.Conn().Publish(g.e.names.redriveWake(g.t.name, g.name), nil)
 }
 
+// undelivered reports whether partition p's redrive subject holds a
+// letter stored after the consumer's last delivery (delivered, a stream
+// sequence). The consumer's count of pending letters cannot say it: the
+// server updates that count after it acknowledged the letter's publish, so
+// a worker woken by a Redrive that just returned can find it still 0 (and
+// would pass the letter by). The subject's last letter is read from the
+// stream's store, which the acknowledgement follows.
+func (rd *redrive) undelivered(ctx context.Context, p int, delivered uint64) (bool, error) {
+	g := rd.g
+	m, err := rd.rdq.GetLastMsgForSubject(ctx, g.e.names.redriveSubject(g.t.name, g.name, p))
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return m.Sequence > delivered, nil
+}
+
 // poll flags every slot when the group's redrive stream holds letters:
 // the loop's fallback for a wake-up that was lost.
 func (rd *redrive) poll() {

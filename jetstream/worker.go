@@ -648,12 +648,16 @@ func (w *worker) redriveStep() {
 	defer s.setPhase(parked)
 	ctx, cancel := g.e.ctx()
 	info, err := g.redrive.consumers[s.p].Info(ctx)
+	waiting := err == nil && (info.NumPending > 0 || info.NumAckPending > 0)
+	if err == nil && !waiting {
+		waiting, err = g.redrive.undelivered(ctx, s.p, info.Delivered.Stream)
+	}
 	cancel()
 	if err != nil {
 		w.pause(g.e.cfg.pollWait)
 		return
 	}
-	if info.NumPending == 0 && info.NumAckPending == 0 {
+	if !waiting {
 		s.lookedForRedrive(gen) // unless a Redrive came since the look
 		return
 	}
