@@ -343,14 +343,19 @@ func (l *keyLoop) commit() {
 		}
 		*kr = keyedRec{}
 	}
+	// The acks are shown before the commit, which may wake Drain: a
+	// drained group's Stats count them (as deliverBatch's do).
+	w.gp.acks += acks
+	l.show()
 	if !w.gp.cursor.Commit(cur, next) {
 		// Close sealed the cursor while the handlers ran: the records are
 		// not delivered, so their acks do not count either (see
 		// deliverBatch).
+		w.gp.acks -= acks
+		l.show()
 		l.done = true
 		return
 	}
-	w.gp.acks += acks
 	w.readEnd = win.End()
 	if len(skips) > 0 {
 		w.g.skipped.Add(int64(len(skips)))
