@@ -260,6 +260,11 @@ func (e *eng) SubscribeBatch(ctx context.Context, topic, group, consumer string,
 	if err != nil {
 		return nil, err
 	}
+	if spec.KeyConcurrency > 1 {
+		// A batch is already a unit of concurrency: its records are handled
+		// together and committed together.
+		return nil, fmt.Errorf("group %q: %w: a batch consumer cannot have key concurrency (%d)", group, engine.ErrInvalid, spec.KeyConcurrency)
+	}
 	return e.subscribe(ctx, topic, group, &member{name: consumer, bh: h, batch: batch, onLeave: onLeave}, spec)
 }
 
@@ -289,6 +294,10 @@ func (e *eng) subscribe(ctx context.Context, topic, group string, m *member, spe
 	spec, err := spec.Resolve(e.retry)
 	if err != nil {
 		return nil, fmt.Errorf("group %q: %w", group, err)
+	}
+	if spec.KeyConcurrency > 1 {
+		return nil, fmt.Errorf("group %q: %w: key concurrency %d: this engine delivers one record of a partition at a time",
+			group, engine.ErrInvalid, spec.KeyConcurrency)
 	}
 	if g == nil {
 		if g, err = openGroup(ctx, e, t, group, &spec); err != nil {

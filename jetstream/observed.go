@@ -289,6 +289,7 @@ func (o *observed) snapshot(r *reading, parts []engine.PartitionStats) engine.Gr
 			ps.Lag = max(0, parts[p].End-max(ps.Committed, parts[p].Earliest))
 		}
 		gs.Observed = snap.taken
+		unsettled(gs.Partitions)
 		return gs
 	}
 	gs.DeadLetters = int(g.letters.held.v.Load())
@@ -317,7 +318,26 @@ func (o *observed) snapshot(r *reading, parts []engine.PartitionStats) engine.Gr
 	}
 	gs.Paused = gs.Paused || paused
 	gs.Observed = observed
+	unsettled(gs.Partitions)
 	return gs
+}
+
+// unsettled fills each partition's Running and OldestUnsettled from this
+// broker's delivery of it, once Committed is known: a delivery in flight
+// or waiting out its backoff is of the record at the committed offset, the
+// server's ack floor (one record unacked at a time: MaxAckPending 1); -1
+// when there is none.
+func unsettled(parts []engine.GroupPartitionSnapshot) {
+	for i := range parts {
+		ps := &parts[i]
+		ps.OldestUnsettled = -1
+		if ps.InFlight || ps.Retrying {
+			ps.OldestUnsettled = ps.Committed
+		}
+		if ps.InFlight {
+			ps.Running = 1
+		}
+	}
 }
 
 // oldestAt returns when the record at stream sequence seq of partition p
