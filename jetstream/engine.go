@@ -211,10 +211,11 @@ var _ engine.Engine = (*eng)(nil)
 // commit, not at once (no ExactBlock). The server stamps records (no
 // InjectedClock) and names them by stream sequence (no CustomIDs). The
 // nats.go client cannot run in a synctest bubble (no VirtualTime).
+// KeyConcurrency: keys.go.
 func (e *eng) Capabilities() engine.Capabilities {
 	return engine.GiveBack | engine.Observed | engine.StuckDetection | engine.Batches | engine.Snapshots |
 		engine.Redrive | engine.Delete | engine.DiscardDeadLetters | engine.DropsOldest | engine.MaxAge |
-		engine.MaxBytes | engine.ReclaimOnCommit
+		engine.MaxBytes | engine.ReclaimOnCommit | engine.KeyConcurrency
 }
 
 func (e *eng) State() engine.State {
@@ -294,10 +295,6 @@ func (e *eng) subscribe(ctx context.Context, topic, group string, m *member, spe
 	spec, err := spec.Resolve(e.retry)
 	if err != nil {
 		return nil, fmt.Errorf("group %q: %w", group, err)
-	}
-	if spec.KeyConcurrency > 1 {
-		return nil, fmt.Errorf("group %q: %w: key concurrency %d: this engine delivers one record of a partition at a time",
-			group, engine.ErrInvalid, spec.KeyConcurrency)
 	}
 	if g == nil {
 		if g, err = openGroup(ctx, e, t, group, &spec); err != nil {

@@ -60,6 +60,16 @@ type slot struct {
 	inFlight, retrying bool
 	attempt            int
 
+	// With key concurrency (keys.go), the window as its worker last showed
+	// it: keyed while one runs, the deliveries in flight (running), the
+	// oldest unsettled offset (-1 when none) and its record (heldRec, for
+	// the stuck watchdog). inFlight, retrying and attempt then describe
+	// that oldest record.
+	keyed   bool
+	running int
+	oldest  int64
+	heldRec *engine.Record
+
 	// Redrive (redrive.go): redriveGen counts the reasons to look at the
 	// partition's redrive consumer (a Redrive, a wake-up, a new worker);
 	// redriveSeen is the count when a worker last found it empty.
@@ -81,7 +91,7 @@ type slot struct {
 }
 
 func newSlot(p int) *slot {
-	return &slot{p: p, revoked: make(chan struct{}), changed: make(chan struct{})}
+	return &slot{p: p, oldest: -1, revoked: make(chan struct{}), changed: make(chan struct{})}
 }
 
 // signal wakes whoever waits on the slot. s.mu must be held.

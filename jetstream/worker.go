@@ -73,6 +73,10 @@ func (w *worker) run() {
 		newBatchRun(w).run()
 		return
 	}
+	if w.g.spec.KeyConcurrency > 1 {
+		newKeyRun(w).run()
+		return
+	}
 	s := w.s
 	// One record in flight: a batch consumer that served the partition
 	// before may have raised MaxAckPending (batch.go).
