@@ -120,6 +120,7 @@ func (k *keyRun) run() {
 	k.epoch = s.currentEpoch()
 	s.mu.Lock()
 	s.keyed = true
+	k.starts = s.starts // the watchdog's word goes on from the last worker's
 	s.mu.Unlock()
 	keep := time.NewTicker(g.e.cfg.ackWait / 3)
 	defer keep.Stop()
