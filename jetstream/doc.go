@@ -119,10 +119,11 @@
 // at the oldest unsettled record. A retry waits out its backoff in the
 // process that delivered it, kept alive on the server, holding only its
 // key. A clean hand-over (a rebalance, Leave, Close) lets the deliveries
-// in flight end, then gives back the records read and not settled, in
-// stream order: the next owner delivers them first, in that order, with
-// Attempt+1 (also for a record never handed to a handler), and nothing
-// that settled. After a crash, the records the process had not settled
+// in flight end, and nothing that settled comes again. A member of the
+// same broker goes on with the records read and not settled as they
+// stand; for one of another broker (or at Close) they are given back, in
+// stream order, and the next owner delivers them first, in that order,
+// with Attempt+1 (also a record never handed to a handler). After a crash, the records the process had not settled
 // come again after AckWait, possibly after later records of their key:
 // there per-key order holds only up to the crash.
 //

@@ -27,15 +27,17 @@ package jetstream
 //     outcome on the server (ack, dead letter) and reports it; the worker
 //     alone touches the window.
 //
-// A stopping worker (a rebalance, Leave, Close) starts nothing more, waits
-// for its deliveries in flight and their outcomes, then gives back what it
-// read and did not settle (group.giveBack), in stream order: the server
-// delivers those first, in that order, to the partition's next owner,
-// whose window starts at the first of them and passes over the offsets
-// settled in between. A Seek or a Replay (a reset of the consumer)
-// discards the window.
+// A stopping worker (a rebalance, Leave, Close) starts nothing more and
+// waits for its deliveries in flight and their outcomes. When a member of
+// this broker owns the partition next, its worker goes on with the window
+// (slot.keyKept, adopt); else the records read and not settled are given
+// back (giveBackWindow), in stream order: the server delivers those
+// first, in that order, to the partition's next owner, whose window starts
+// at the first of them and passes over the offsets settled in between. A
+// Seek or a Replay (a reset of the consumer) discards the window.
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -60,8 +62,9 @@ type keyRun struct {
 	over  []record  // records read past the window's room (a lost pull's late answer), added as it frees
 	late  []*keyRec // records delivered again below the window's start: each runs alone
 
-	running int // handler goroutines not yet reported
-	results chan keyResult
+	running  int  // handler goroutines not yet reported
+	gaveBack bool // a record of the window went back to the server unsettled: the window cannot be left to another worker
+	results  chan keyResult
 
 	asked    int         // records the open pull may still bring; 0 when none is open
 	pullT    *time.Timer // the open pull's bound, or the pause after a failed pull
@@ -73,6 +76,18 @@ type keyRun struct {
 		oldest  int64
 		attempt int
 	}
+}
+
+// keyState is the window a stopping worker leaves to the partition's
+// next local worker (slot.keyKept), which goes on with it: the records
+// it read and did not settle stay where they are, unacked and unchanged
+// on the server.
+type keyState struct {
+	epoch uint64
+	win   *kit.KeyWindow
+	recs  map[int64]*keyRec
+	over  []record
+	late  []*keyRec
 }
 
 // keyRec is a record of the window the worker holds.
@@ -117,11 +132,16 @@ func (k *keyRun) run() {
 		p, err = w.puller()
 	}
 	k.p = p
-	k.epoch = s.currentEpoch()
 	s.mu.Lock()
 	s.keyed = true
 	k.starts = s.starts // the watchdog's word goes on from the last worker's
+	k.epoch = s.epoch
+	kept := s.keyKept
+	s.keyKept = nil
 	s.mu.Unlock()
+	if kept != nil {
+		k.adopt(kept)
+	}
 	keep := time.NewTicker(g.e.cfg.ackWait / 3)
 	defer keep.Stop()
 	k.pullT = time.NewTimer(time.Hour)
@@ -179,6 +199,25 @@ func (k *keyRun) run() {
 		case <-changed:
 		case <-stop:
 		case <-gaveUp: // Close gave up: no more waiting for the open pull
+		}
+	}
+}
+
+// adopt goes on with the window the last local worker left (handOver):
+// unless a reset discarded it since (its epoch), its records are this
+// worker's to deliver, and one waiting out its backoff is retried at
+// once, its attempts counted on.
+func (k *keyRun) adopt(st *keyState) {
+	if st.epoch != k.epoch {
+		return
+	}
+	k.win, k.recs, k.over, k.late = st.win, st.recs, st.over, st.late
+	if k.win == nil {
+		return
+	}
+	for off := range k.recs {
+		if k.win.Retrying(off) {
+			k.win.Retry(off)
 		}
 	}
 }
@@ -394,6 +433,7 @@ func (k *keyRun) ended(res keyResult) {
 		if inWin {
 			delete(k.recs, r.off)
 			k.win.GiveBack(r.off) // not started again: the worker is stopping
+			k.gaveBack = true
 		}
 	case res.verdict == kit.Ack || res.verdict == kit.DeadLetter:
 		if inWin {
@@ -463,41 +503,56 @@ func (k *keyRun) keepAlive() {
 	}
 }
 
-// handOver gives back, in stream order, what the worker read and did not
-// settle, and clears the slot's key-concurrency state: the partition's
-// next owner gets those records first, with Attempt+1 (group.giveBack:
-// without counting an attempt when nothing else is unacked and none was
-// retried here).
+// handOver clears the slot's key-concurrency state and leaves what the
+// worker read and did not settle to the partition's next owner: the
+// window itself to another member of this broker (adopt), so nothing is
+// delivered again and no attempt counted; else the records, given back to
+// the server in stream order, which delivers them first to the next
+// owner, with Attempt+1 (group.giveBack: without counting an attempt when
+// nothing else is unacked and none was retried here).
 func (k *keyRun) handOver() {
 	s := k.s
+	abandoned := k.g.e.handlerCtx.Err() != nil
+	local := !abandoned && !k.gaveBack && k.w.g.members.nextOwner(k.w) == ownerLocal
 	s.mu.Lock()
 	s.keyed, s.running, s.oldest, s.heldRec = false, 0, -1, nil
 	s.inFlight, s.retrying = false, false
+	if local {
+		s.keyKept = &keyState{epoch: k.epoch, win: k.win, recs: k.recs, over: k.over, late: k.late}
+	}
 	s.setPhaseLocked(parked)
 	s.mu.Unlock()
-	if k.g.e.handlerCtx.Err() != nil {
-		return // Close gave up: the server delivers them again after AckWait
+	if abandoned || local {
+		return // abandoned: Close gave up, the server delivers them again after AckWait
 	}
-	rs := make([]*keyRec, 0, len(k.recs)+len(k.late))
-	counted := true
-	for _, r := range k.recs {
+	k.g.giveBackWindow(s, &keyState{epoch: k.epoch, recs: k.recs, over: k.over, late: k.late})
+}
+
+// giveBackWindow gives back to the server, in stream order, the records
+// of st (a window of partition s) that were read and not settled, for
+// whoever owns the partition next: with Attempt+1 (a Nak) when one was
+// retried in this process, else as giveBack does.
+func (g *group) giveBackWindow(s *slot, st *keyState) {
+	rs := make([]*keyRec, 0, len(st.recs)+len(st.late))
+	for _, r := range st.recs {
 		rs = append(rs, r)
 	}
-	rs = append(rs, k.late...)
-	slices.SortFunc(rs, func(a, b *keyRec) int { return int(a.off - b.off) })
-	msgs := make([]record, 0, len(rs)+len(k.over))
+	rs = append(rs, st.late...)
+	slices.SortFunc(rs, func(a, b *keyRec) int { return cmp.Compare(a.off, b.off) })
+	msgs := make([]record, 0, len(rs)+len(st.over))
+	counted := true
 	for _, r := range rs {
 		msgs = append(msgs, r.msg)
 		counted = counted && r.local == 0
 	}
-	msgs = append(msgs, k.over...)
+	msgs = append(msgs, st.over...)
 	if !counted {
 		for _, m := range msgs {
 			_ = m.Nak()
 		}
 		return
 	}
-	k.g.giveBack(s, k.epoch, msgs...)
+	g.giveBack(s, st.epoch, msgs...)
 }
 
 // show publishes the partition's state for Pause and the repositions (the

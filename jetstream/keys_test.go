@@ -177,13 +177,28 @@ func TestKeyWindowBoundsWhatTheServerDelivers(t *testing.T) {
 	}
 }
 
-// A member of another broker taking over a partition gets what the
-// leaving member read and did not settle, in stream order, so a key's
-// order holds across the hand-over: the record waiting out its backoff
-// comes first (Attempt 2), then the record of its key that waited behind
-// it (Attempt 2 as well: it was delivered to the first broker, which
-// gives it back), and nothing the first member settled.
+// A member taking over a partition from one that leaves with records of
+// its window unsettled keeps each key's order: the record waiting out its
+// backoff comes first, retried at once (Attempt 2), then the record of its
+// key that waited behind it, and nothing the first member settled. A
+// member of the same broker goes on with the window itself: the waiting
+// record comes with Attempt 1, as it was never handled. A member of
+// another broker gets the records the first gave back to the server, in
+// stream order: the waiting record was delivered once already (Attempt
+// 2).
 func TestKeyConcurrencyHandOverKeepsKeyOrder(t *testing.T) {
+	for _, where := range []string{"same broker", "other broker"} {
+		t.Run(where, func(t *testing.T) {
+			want := []string{"bad-1 attempt 2", "bad-2 attempt 1"}
+			if where == "other broker" {
+				want[1] = "bad-2 attempt 2"
+			}
+			testHandOverKeyOrder(t, where == "other broker", want)
+		})
+	}
+}
+
+func testHandOverKeyOrder(t *testing.T, remote bool, want []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	opts := testOptions()
@@ -222,10 +237,12 @@ func TestKeyConcurrencyHandOverKeepsKeyOrder(t *testing.T) {
 		return len(first.began) == len(entries)-1 && first.acked == len(entries)-3
 	})
 
-	b := brokerOn(t, testServer.Engine(opts...))
-	tb, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String())
-	if err != nil {
-		t.Fatal(err)
+	b, tb := a, ta
+	if remote {
+		b = brokerOn(t, testServer.Engine(opts...))
+		if tb, err = pubsub.NewTopic(b, "orders", codec.String(), codec.String()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	next := newKeyRecorder()
 	if _, err := tb.Subscribe("billing", "b", next, pubsub.WithKeyConcurrency(4), policy); err != nil {
@@ -243,7 +260,7 @@ func TestKeyConcurrencyHandOverKeepsKeyOrder(t *testing.T) {
 	}
 	next.mu.Lock()
 	defer next.mu.Unlock()
-	if want := []string{"bad-1 attempt 2", "bad-2 attempt 2"}; !slices.Equal(next.began, want) {
+	if !slices.Equal(next.began, want) {
 		t.Errorf("the next member got %q, want %q", next.began, want)
 	}
 	if info := consumerOf(t, opts, "orders", "billing", 0); info.AckFloor.Stream != uint64(len(entries)) || info.NumAckPending != 0 {

@@ -69,6 +69,9 @@ type slot struct {
 	running int
 	oldest  int64
 	heldRec *engine.Record
+	// keyKept is the window a stopping worker left to the partition's
+	// next local worker (keys.go).
+	keyKept *keyState
 
 	// Redrive (redrive.go): redriveGen counts the reasons to look at the
 	// partition's redrive consumer (a Redrive, a wake-up, a new worker);
@@ -219,14 +222,14 @@ func (s *slot) keep(msg record, epoch uint64) {
 	s.mu.Unlock()
 }
 
-// takePending removes and returns the record kept for the next local
-// worker, if any.
-func (s *slot) takePending() (record, uint64) {
+// takeKept removes and returns what a stopping worker kept for the next
+// local worker, if anything: a record, or a window (keys.go).
+func (s *slot) takeKept() (record, uint64, *keyState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	msg, epoch := s.pending, s.pendingEpoch
-	s.pending = nil
-	return msg, epoch
+	msg, epoch, st := s.pending, s.pendingEpoch, s.keyKept
+	s.pending, s.keyKept = nil, nil
+	return msg, epoch, st
 }
 
 // settled moves next past d's record.
