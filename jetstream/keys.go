@@ -249,7 +249,9 @@ func (k *keyRun) pull() {
 	if k.win != nil {
 		room = k.win.Room()
 	}
-	if room <= 0 {
+	// The answers must fit in the puller's buffer, with a status or two
+	// (newPuller).
+	if room = min(room, cap(k.p.in)-len(k.p.in)-pullerRoom/2); room <= 0 {
 		return
 	}
 	wait := k.g.e.cfg.pollWait

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -100,7 +101,7 @@ func (r *keyRecorder) await(ctx context.Context, t *testing.T, what string, cond
 		case <-ctx.Done():
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			t.Fatalf("%s: did not happen (began %q)", what, r.began)
+			t.Fatalf("%s: did not happen (%d calls began, %d acked)", what, len(r.began), r.acked)
 		}
 	}
 }
@@ -319,5 +320,47 @@ func TestKeyConcurrencyMendsMaxAckPending(t *testing.T) {
 	}
 	if got, want := consumerOf(t, opts, "orders", "billing", 0).Config.MaxAckPending, engine.KeyWindowSize(8); got != want {
 		t.Errorf("MaxAckPending once a worker took the partition: %d, want %d", got, want)
+	}
+}
+
+// A pull for the window's room (256 records at n = 16) is answered in a
+// burst: every record must reach the worker, none dropped by the client
+// for want of buffer (a slow consumer), which would bring it again only
+// after AckWait, with Attempt 2. (With the puller's buffer of 64 and
+// pulls for the whole room, most runs lost some.)
+func TestKeyWindowPullsLoseNoRecord(t *testing.T) {
+	const n, total = 16, 3000
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := brokerOn(t, testServer.Engine(testOptions(WithAckWait(20*time.Second))...))
+	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithRetention(pubsub.Retention{MaxMessages: 1 << 16}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := make([]pubsub.Entry[string, string], total)
+	for i := range entries {
+		entries[i] = pubsub.Entry[string, string]{Key: fmt.Sprint("k", i%64), Value: fmt.Sprint("v", i)}
+	}
+	if _, err := topic.PublishBatch(ctx, entries); err != nil { // before the group reads: its first pulls fill the window at once
+		t.Fatal(err)
+	}
+	rec := newKeyRecorder()
+	g, err := topic.Subscribe("billing", "b1", rec, pubsub.WithKeyConcurrency(n), pubsub.StartAt(pubsub.Earliest()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.await(ctx, t, "every record acked", func() bool { return rec.acked == total })
+	if err := b.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, s := range rec.began {
+		if !strings.HasSuffix(s, " attempt 1") {
+			t.Errorf("%s: every record should come once, Attempt 1", s)
+		}
+	}
+	if len(rec.began) != total || g.Committed(0) != total {
+		t.Errorf("%d calls, committed %d; want %d each", len(rec.began), g.Committed(0), total)
 	}
 }

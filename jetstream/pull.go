@@ -64,9 +64,12 @@ type puller struct {
 	reqPin  string
 }
 
-func newPuller(js natsjs.JetStream, stream, consumer string) (*puller, error) {
+// newPuller makes a puller whose answers wait in a buffer of room
+// messages: the records of one pull must fit, or nats.go drops those that
+// do not (a slow consumer), and they come again only after AckWait.
+func newPuller(js natsjs.JetStream, stream, consumer string, room int) (*puller, error) {
 	nc := js.Conn()
-	in := make(chan *nats.Msg, 64)
+	in := make(chan *nats.Msg, room)
 	sub, err := nc.ChanSubscribe(nc.NewInbox(), in)
 	if err != nil {
 		return nil, err
