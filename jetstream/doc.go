@@ -118,14 +118,16 @@
 // acknowledges each on its own, so the server's committed offset stops
 // at the oldest unsettled record. A retry waits out its backoff in the
 // process that delivered it, kept alive on the server, holding only its
-// key. A clean hand-over (a rebalance, Leave, Close) lets the deliveries
-// in flight end, and nothing that settled comes again. A member of the
-// same broker goes on with the records read and not settled as they
-// stand; for one of another broker (or at Close) they are given back, in
-// stream order, and the next owner delivers them first, in that order,
-// with Attempt+1 (also a record never handed to a handler). After a crash, the records the process had not settled
-// come again after AckWait, possibly after later records of their key:
-// there per-key order holds only up to the crash.
+// key; the server does not count those retries, so after the partition
+// moves to another broker an Attempt number may come again. A clean
+// hand-over (a rebalance, Leave, Close) lets the deliveries in flight
+// end, and nothing that settled comes again. A member of the same broker
+// goes on with the records read and not settled as they stand; for one of
+// another broker (or at Close) they are given back, in stream order, and
+// the next owner delivers them first, in that order, with Attempt+1 (also
+// a record never handed to a handler). After a crash, the records the
+// process had not settled come again after AckWait, possibly after later
+// records of their key: there per-key order holds only up to the crash.
 //
 // A partition's worker acts on Pause, Seek, Replay, a rebalance and Close
 // between pulls, so on an idle partition they wait up to the poll wait
