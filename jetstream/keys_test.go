@@ -364,3 +364,109 @@ func TestKeyWindowPullsLoseNoRecord(t *testing.T) {
 		t.Errorf("%d calls, committed %d; want %d each", len(rec.began), g.Committed(0), total)
 	}
 }
+
+// A broker that crashes (its connection gone without a word) with records
+// of its window unsettled: the member of another broker that takes the
+// partition over delivers them once the server gives them up (AckWait),
+// maybe after records published since; a record that comes back below
+// its window runs alone, so no two of one key overlap there, and
+// everything is committed in the end.
+func TestKeyConcurrencyCrashRedeliversTheWindow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opts := testOptions()
+	nc, err := testServer.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := Connect(nc, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := pubsub.NewBroker(pubsub.WithEngine(eng))
+	release := make(chan struct{})
+	defer func() {
+		close(release)
+		_ = a.Close(ctx) // its connection is gone: what it left is as last observed
+	}()
+	ta, err := pubsub.NewTopic(a, "orders", codec.String(), codec.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := newKeyRecorder()
+	first.block = func(m pubsub.Message[string]) <-chan struct{} {
+		if m.Value == "s-1" {
+			return release
+		}
+		return nil
+	}
+	if _, err := ta.Subscribe("billing", "a", first, pubsub.WithKeyConcurrency(4)); err != nil {
+		t.Fatal(err)
+	}
+	entries := []pubsub.Entry[string, string]{{Key: "s", Value: "s-1"}, {Key: "a", Value: "a-1"}, {Key: "s", Value: "s-2"}, {Key: "b", Value: "b-1"}}
+	if _, err := ta.PublishBatch(ctx, entries); err != nil {
+		t.Fatal(err)
+	}
+	first.await(ctx, t, "a-1 and b-1 acked, s-1 in flight", func() bool { return first.acked == 2 && len(first.began) == 3 })
+
+	b := brokerOn(t, testServer.Engine(opts...))
+	tb, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	busy := map[string]bool{}
+	var overlaps []string
+	next := newKeyRecorder()
+	next.block = func(m pubsub.Message[string]) <-chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		if busy[string(m.Key)] {
+			overlaps = append(overlaps, m.Value)
+		}
+		busy[string(m.Key)] = true
+		return nil
+	}
+	next.fail = func(m pubsub.Message[string]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		busy[string(m.Key)] = false
+		return nil
+	}
+	g, err := tb.Subscribe("billing", "b", next, pubsub.WithKeyConcurrency(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close() // the crash
+	more := []pubsub.Entry[string, string]{{Key: "a", Value: "a-2"}, {Key: "s", Value: "s-3"}}
+	if _, err := tb.PublishBatch(ctx, more); err != nil {
+		t.Fatal(err)
+	}
+	next.await(ctx, t, "the crashed broker's unsettled records and the new ones acked", func() bool { return next.acked == 4 })
+	if err := b.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := g.Committed(0), int64(len(entries)+len(more)); got != want {
+		t.Errorf("Committed(0): got %d, want %d", got, want)
+	}
+	next.mu.Lock()
+	defer next.mu.Unlock()
+	// a-2 and s-3 come with Attempt 1, or 2 when the crashed broker's
+	// last pull, still open on the server, took them.
+	var got []string
+	for _, s := range next.began {
+		if v := strings.Fields(s)[0]; v == "s-1" || v == "s-2" {
+			got = append(got, s)
+		} else {
+			got = append(got, v)
+		}
+	}
+	if want := []string{"a-2", "s-1 attempt 2", "s-2 attempt 2", "s-3"}; !slices.Equal(slices.Sorted(slices.Values(got)), want) {
+		t.Errorf("the next member got %q, want each of %q once", next.began, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(overlaps) > 0 {
+		t.Errorf("deliveries of one key overlapped: %q", overlaps)
+	}
+}
