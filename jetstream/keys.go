@@ -62,6 +62,12 @@ type keyRun struct {
 	over  []record  // records read past the window's room (a lost pull's late answer), added as it frees
 	late  []*keyRec // records delivered again below the window's start: each runs alone
 
+	// seen is the last stream sequence the server had delivered when the
+	// worker started: offsets passed over up to it were read (and
+	// settled) by a previous owner, those past it dropped by retention
+	// unread (skipped).
+	seen uint64
+
 	running  int  // handler goroutines not yet reported
 	gaveBack bool // a record of the window went back to the server unsettled: the window cannot be left to another worker
 	results  chan keyResult
@@ -123,6 +129,11 @@ func newKeyRun(w *worker) *keyRun {
 func (k *keyRun) run() {
 	g, s, w := k.g, k.s, k.w
 	_ = g.pause.setMaxAckPending(s.p, engine.KeyWindowSize(k.n))
+	ctx, cancel := g.e.ctx()
+	if info, err := g.consumers[s.p].Info(ctx); err == nil {
+		k.seen = info.Delivered.Stream
+	}
+	cancel()
 	p, err := w.puller()
 	for err != nil {
 		g.pullFailed(err)
@@ -323,14 +334,32 @@ func (k *keyRun) admit() {
 			return // kept, alive, until the window has room
 		}
 		k.over = k.over[1:]
+		skipped := int64(-1)
 		for k.win.End() < off { // settled before this window read them (a previous owner's acks, retention)
 			o := k.win.End()
 			k.win.AddAbsent(nil, true)
 			k.win.Pass(o)
+			if skipped < 0 && uint64(o) >= k.seen { // stream sequence o+1, past what the server had delivered
+				skipped = o
+			}
+		}
+		if skipped >= 0 {
+			k.skipped(skipped, off)
 		}
 		k.decode(r)
 		k.win.Add(r.rec.Key, r.rec.Key == nil)
 		k.recs[off] = r
+	}
+}
+
+// skipped counts the offsets from, to the record at offset to, that
+// retention dropped before the group read them (worker.noteStart).
+func (k *keyRun) skipped(from, to int64) {
+	g := k.g
+	g.counts.skipped.Add(to - from)
+	if obs := g.e.obs; obs != nil {
+		obs.Observe(&engine.Event{Kind: engine.EventSkip, Topic: g.t.name, Group: g.name,
+			Partition: k.s.p, Offset: from, To: to})
 	}
 }
 
