@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/pubsub"
@@ -65,6 +66,55 @@ func benchPublishConsume(b *testing.B, kind string, storage Storage, parts int) 
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkKeyConcurrency publishes b.N records of 64 keys, round robin,
+// to a one-partition topic, then waits until a group whose handler waits
+// 1 ms on a timer (simulated I/O) committed them all: one record of the
+// partition at a time (keys=1), or up to 16 of distinct keys at once
+// (WithKeyConcurrency(16)). Publishing comes first and out of the clock's
+// way only in part: the records are published as the group reads them.
+//
+//	go test -run '^$' -bench KeyConcurrency -benchtime 2000x -count 6 .
+func BenchmarkKeyConcurrency(b *testing.B) {
+	for _, n := range []int{1, 16} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			br := brokerOn(b, testServer.Engine(testOptions()...))
+			topic, err := pubsub.NewTopic(br, "bench", codec.String(), codec.Bytes(),
+				pubsub.WithRetention(pubsub.Retention{MaxMessages: 1 << 20}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := pubsub.HandlerFunc[[]byte](func(ctx context.Context, _ pubsub.Message[[]byte]) error {
+				t := time.NewTimer(time.Millisecond)
+				defer t.Stop()
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+				}
+				return nil
+			})
+			if _, err := topic.Subscribe("g", "c1", h, pubsub.WithKeyConcurrency(n)); err != nil {
+				b.Fatal(err)
+			}
+			value := make([]byte, 64)
+			batch := make([]pubsub.Entry[string, []byte], 64)
+			for i := range batch {
+				batch[i] = pubsub.Entry[string, []byte]{Key: fmt.Sprint("k", i), Value: value}
+			}
+			ctx := context.Background()
+			b.ResetTimer()
+			for sent := 0; sent < b.N; sent += len(batch) {
+				if _, err := topic.PublishBatch(ctx, batch[:min(len(batch), b.N-sent)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := br.Drain(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
 }
 
 // BenchmarkDeadLetterReads reads a group's 20,000 dead letters: the

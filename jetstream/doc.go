@@ -77,12 +77,13 @@
 // # Ordering and delivery
 //
 // Routing a key to a partition is package pubsub's, so it is the same as in
-// memory. Per-key order and one delivery at a time per partition are exact:
-// the server lets a partition's consumer hold one unacknowledged record at
-// a time, so a retry holds back the records behind it, also across
-// failover. Every group sees every record. Retries, their backoff and
-// MaxAttempts are exact; the server counts the attempts, so they survive
-// failover, and redelivers a failed record after its backoff. Seek, Replay
+// memory. Per-key order and one delivery at a time per partition are exact
+// (for key concurrency, see below): the server lets a partition's
+// consumer hold one unacknowledged record at a time, so a retry holds back
+// the records behind it, also across failover. Every group sees every
+// record. Retries, their backoff and MaxAttempts are exact; the server
+// counts the attempts, so they survive failover, and redelivers a failed
+// record after its backoff. Seek, Replay
 // and StartAt (an offset or a time, by the server's clock) are exact, by
 // resetting the consumer.
 //
@@ -106,6 +107,27 @@
 // it goes to another broker (or at Close), and otherwise given back
 // unsettled, with the same Attempt. WithBatchWait tops a batch up by
 // further pulls.
+//
+// Key concurrency (pubsub.WithKeyConcurrency with n above 1) is exact but
+// after a crash. The server lets the partition's consumer hold as many
+// unacknowledged records as the group's window (max(64, 16n) records, the
+// bound pubsub.WithKeyConcurrency states; not n, since a record waiting
+// behind its key, or out its backoff, is unacknowledged too, and n of
+// them would stall every other key). The worker reads no further than
+// the window allows, runs up to n records of distinct keys at once and
+// acknowledges each on its own, so the server's committed offset stops
+// at the oldest unsettled record. A retry waits out its backoff in the
+// process that delivered it, kept alive on the server, holding only its
+// key; the server does not count those retries, so after the partition
+// moves to another broker an Attempt number may come again. A clean
+// hand-over (a rebalance, Leave, Close) lets the deliveries in flight
+// end, and nothing that settled comes again. A member of the same broker
+// goes on with the records read and not settled as they stand; for one of
+// another broker (or at Close) they are given back, in stream order, and
+// the next owner delivers them first, in that order, with Attempt+1 (also
+// a record never handed to a handler). After a crash, the records the
+// process had not settled come again after AckWait, possibly after later
+// records of their key: there per-key order holds only up to the crash.
 //
 // A partition's worker acts on Pause, Seek, Replay, a rebalance and Close
 // between pulls, so on an idle partition they wait up to the poll wait
@@ -278,9 +300,8 @@
 // engine keeps. It does not keep these: an injected clock and custom IDs
 // (the server stamps and names records), a Block that waits exactly for
 // the slowest group's commit (it polls), virtual time (the nats.go client
-// cannot run in a testing/synctest bubble), several deliveries of a
-// partition at once (WithKeyConcurrency above 1 is refused), and
-// asynchronous publishes stored without a gap (see Publishing).
+// cannot run in a testing/synctest bubble), and asynchronous publishes
+// stored without a gap (see Publishing).
 //
 // # Performance
 //

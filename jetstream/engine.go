@@ -211,10 +211,11 @@ var _ engine.Engine = (*eng)(nil)
 // commit, not at once (no ExactBlock). The server stamps records (no
 // InjectedClock) and names them by stream sequence (no CustomIDs). The
 // nats.go client cannot run in a synctest bubble (no VirtualTime).
+// KeyConcurrency: keys.go.
 func (e *eng) Capabilities() engine.Capabilities {
 	return engine.GiveBack | engine.Observed | engine.StuckDetection | engine.Batches | engine.Snapshots |
 		engine.Redrive | engine.Delete | engine.DiscardDeadLetters | engine.DropsOldest | engine.MaxAge |
-		engine.MaxBytes | engine.ReclaimOnCommit
+		engine.MaxBytes | engine.ReclaimOnCommit | engine.KeyConcurrency
 }
 
 func (e *eng) State() engine.State {
@@ -259,6 +260,11 @@ func (e *eng) SubscribeBatch(ctx context.Context, topic, group, consumer string,
 	batch, err := batch.Resolve()
 	if err != nil {
 		return nil, err
+	}
+	if spec.KeyConcurrency > 1 {
+		// A batch is already a unit of concurrency: its records are handled
+		// together and committed together.
+		return nil, fmt.Errorf("group %q: %w: a batch consumer cannot have key concurrency (%d)", group, engine.ErrInvalid, spec.KeyConcurrency)
 	}
 	return e.subscribe(ctx, topic, group, &member{name: consumer, bh: h, batch: batch, onLeave: onLeave}, spec)
 }

@@ -201,13 +201,26 @@ func (g *group) consumerConfig(p int) natsjs.ConsumerConfig {
 		AckPolicy:      natsjs.AckExplicitPolicy,
 		AckWait:        g.e.cfg.ackWait,
 		MaxDeliver:     -1, // the engine dead-letters; see worker.settle
-		MaxAckPending:  1,  // one record in flight per partition: order under retries and failover
+		MaxAckPending:  maxAckPending(g.spec),
 		DeliverPolicy:  natsjs.DeliverAllPolicy,
 		PriorityGroups: []string{priorityGroup},
 		PriorityPolicy: natsjs.PriorityPolicyPinned,
 		PinnedTTL:      g.e.cfg.memberTTL,
 		Metadata:       map[string]string{"logbus_group": g.name, metaSpec: encodeSpec(g.spec)},
 	}
+}
+
+// maxAckPending is how many records of a partition the group's consumer
+// lets be unacked: one record in flight per partition (order under
+// retries and failover), or with key concurrency the window's size
+// (keys.go says why not n). A worker sets it again when it starts
+// (worker.run, keyRun.run), so a consumer stored with another value is
+// brought in line.
+func maxAckPending(spec engine.GroupSpec) int {
+	if spec.KeyConcurrency > 1 {
+		return engine.KeyWindowSize(spec.KeyConcurrency)
+	}
+	return 1
 }
 
 // startSeqs returns, per partition, the stream sequence start names.

@@ -204,7 +204,7 @@ func TestGiveBackLeavesTheAttemptAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p, err := newPuller(e.js, e.names.stream("orders", 0), e.names.consumer("g", 0))
+	p, err := newPuller(e.js, e.names.stream("orders", 0), e.names.consumer("g", 0), pullerRoom)
 	if err != nil {
 		t.Fatal(err)
 	}

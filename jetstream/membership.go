@@ -406,14 +406,18 @@ func (ms *membership) exited(w *worker) {
 	keep := !ms.closed && ownedLocally(ms.assign, ms.byName, s.p)
 	var giveBack record
 	var epoch uint64
-	if !keep { // a record kept for the next local worker goes back to the server: there is none
-		giveBack, epoch = s.takePending()
+	var window *keyState
+	if !keep { // what was kept for the next local worker goes back to the server: there is none
+		giveBack, epoch, window = s.takeKept()
 	}
 	ms.mu.Unlock()
+	// Before the unpin, so that no other broker's pull is served while the
+	// consumer is reset.
 	if giveBack != nil {
-		// Before the unpin, so that no other broker's pull is served
-		// while the consumer is reset.
 		g.giveBack(s, epoch, giveBack)
+	}
+	if window != nil {
+		g.giveBackWindow(s, window)
 	}
 	// Not while the connection is down: the unpin would wait out the
 	// request timeout, and the worker's done with it (Leave and Close wait
@@ -522,9 +526,10 @@ func (ms *membership) shutdown() <-chan struct{} {
 	ms.closed = true
 	var done []<-chan struct{}
 	type kept struct {
-		s     *slot
-		msg   record
-		epoch uint64
+		s      *slot
+		msg    record
+		epoch  uint64
+		window *keyState
 	}
 	var giveBack []kept
 	for _, s := range g.slots {
@@ -535,14 +540,19 @@ func (ms *membership) shutdown() <-chan struct{} {
 		}
 		// A record kept for a local worker that will not start now goes
 		// back to the server (a stopping worker's exited does the same).
-		if msg, epoch := s.takePending(); msg != nil {
-			giveBack = append(giveBack, kept{s, msg, epoch})
+		if msg, epoch, window := s.takeKept(); msg != nil || window != nil {
+			giveBack = append(giveBack, kept{s, msg, epoch, window})
 		}
 	}
 	loop := ms.loop // its goroutines, as started under mu
 	ms.mu.Unlock()
 	for _, k := range giveBack {
-		g.giveBack(k.s, k.epoch, k.msg)
+		if k.msg != nil {
+			g.giveBack(k.s, k.epoch, k.msg)
+		}
+		if k.window != nil {
+			g.giveBackWindow(k.s, k.window)
+		}
 	}
 	done = append(done, loop.stop()...)
 	return waitAll(done)

@@ -263,6 +263,7 @@ func (o *observed) snapshot(r *reading, parts []engine.PartitionStats) engine.Gr
 	gs := engine.GroupSnapshot{Name: g.name, Stats: o.stats(r),
 		Partitions: make([]engine.GroupPartitionSnapshot, g.t.parts)}
 	running := g.members.describe(&gs)
+	keyed := make([]bool, len(g.slots))
 	gs.Paused = g.pause.isPaused()
 	for p, s := range g.slots {
 		ps := &gs.Partitions[p]
@@ -274,6 +275,11 @@ func (o *observed) snapshot(r *reading, parts []engine.PartitionStats) engine.Gr
 			if ps.InFlight || ps.Retrying {
 				ps.Attempt = s.attempt
 			}
+		}
+		if keyed[p] = s.keyed; s.keyed {
+			// The window (keys.go): Attempt and Retrying are its oldest
+			// record's, InFlight any delivery.
+			ps.InFlight, ps.Running, ps.OldestUnsettled = s.running > 0, s.running, s.oldest
 		}
 		s.mu.Unlock()
 		if ps.InFlight && g.e.stuck != nil {
@@ -289,6 +295,7 @@ func (o *observed) snapshot(r *reading, parts []engine.PartitionStats) engine.Gr
 			ps.Lag = max(0, parts[p].End-max(ps.Committed, parts[p].Earliest))
 		}
 		gs.Observed = snap.taken
+		unsettled(gs.Partitions, keyed)
 		return gs
 	}
 	gs.DeadLetters = int(g.letters.held.v.Load())
@@ -317,7 +324,30 @@ func (o *observed) snapshot(r *reading, parts []engine.PartitionStats) engine.Gr
 	}
 	gs.Paused = gs.Paused || paused
 	gs.Observed = observed
+	unsettled(gs.Partitions, keyed)
 	return gs
+}
+
+// unsettled fills each partition's Running and OldestUnsettled from this
+// broker's delivery of it, once Committed is known, but for a keyed one,
+// whose window said them (keys.go): a delivery in flight or waiting out
+// its backoff is of the record at the committed offset, the server's ack
+// floor (one record unacked at a time: MaxAckPending 1); -1 when there is
+// none.
+func unsettled(parts []engine.GroupPartitionSnapshot, keyed []bool) {
+	for i := range parts {
+		ps := &parts[i]
+		if keyed[i] {
+			continue
+		}
+		ps.OldestUnsettled = -1
+		if ps.InFlight || ps.Retrying {
+			ps.OldestUnsettled = ps.Committed
+		}
+		if ps.InFlight {
+			ps.Running = 1
+		}
+	}
 }
 
 // oldestAt returns when the record at stream sequence seq of partition p

@@ -64,9 +64,12 @@ type puller struct {
 	reqPin  string
 }
 
-func newPuller(js natsjs.JetStream, stream, consumer string) (*puller, error) {
+// newPuller makes a puller whose answers wait in a buffer of room
+// messages: the records of one pull must fit, or nats.go drops those that
+// do not (a slow consumer), and they come again only after AckWait.
+func newPuller(js natsjs.JetStream, stream, consumer string, room int) (*puller, error) {
 	nc := js.Conn()
-	in := make(chan *nats.Msg, 64)
+	in := make(chan *nats.Msg, room)
 	sub, err := nc.ChanSubscribe(nc.NewInbox(), in)
 	if err != nil {
 		return nil, err
@@ -139,32 +142,8 @@ func (p *puller) next(abort <-chan struct{}, bound time.Duration) (record, error
 	for {
 		select {
 		case m := <-p.in:
-			status := ""
-			if len(m.Data) == 0 && len(m.Header) > 0 {
-				status = m.Header.Get("Status")
-			}
-			switch status {
-			case "":
-				if pin := m.Header.Get("Nats-Pin-Id"); pin != "" {
-					p.pin = pin
-				}
-				return rawMsg{m, p.nc}, nil
-			case "100": // a heartbeat or flow control: not an answer
-				continue
-			case "408", "404": // expired, or nothing to wait for
-				return nil, nil
-			case "423":
-				p.pin = ""
-				return nil, errPinned
-			case "503": // nobody answered: the consumer is gone, or JetStream is not ready
-				return nil, errNoConsumer
-			case "409":
-				if d := m.Header.Get("Description"); strings.EqualFold(d, "Consumer Deleted") {
-					return nil, errNoConsumer
-				}
-				return nil, fmt.Errorf("pull: %s %s", status, m.Header.Get("Description"))
-			default:
-				return nil, fmt.Errorf("pull: %s %s", status, m.Header.Get("Description"))
+			if rec, end, err := p.answer(m); rec != nil || end {
+				return rec, err
 			}
 		case <-abort:
 			return nil, context.Canceled
@@ -172,6 +151,37 @@ func (p *puller) next(abort <-chan struct{}, bound time.Duration) (record, error
 			return nil, errors.New("pull: no answer")
 		}
 	}
+}
+
+// answer reads one message of a pull's answer: a record, or the pull's
+// end (end: it expired, or found nothing to wait for, with err when the
+// server refused it); neither for a heartbeat.
+func (p *puller) answer(m *nats.Msg) (rec record, end bool, err error) {
+	status := ""
+	if len(m.Data) == 0 && len(m.Header) > 0 {
+		status = m.Header.Get("Status")
+	}
+	switch status {
+	case "":
+		if pin := m.Header.Get("Nats-Pin-Id"); pin != "" {
+			p.pin = pin
+		}
+		return rawMsg{m, p.nc}, false, nil
+	case "100": // a heartbeat or flow control: not an answer
+		return nil, false, nil
+	case "408", "404": // expired, or nothing to wait for
+		return nil, true, nil
+	case "423":
+		p.pin = ""
+		return nil, true, errPinned
+	case "503": // nobody answered: the consumer is gone, or JetStream is not ready
+		return nil, true, errNoConsumer
+	case "409":
+		if d := m.Header.Get("Description"); strings.EqualFold(d, "Consumer Deleted") {
+			return nil, true, errNoConsumer
+		}
+	}
+	return nil, true, fmt.Errorf("pull: %s %s", status, m.Header.Get("Description"))
 }
 
 // rawMsg is a record a puller received: a JetStream message, acked by
@@ -199,6 +209,17 @@ func (r rawMsg) Data() []byte         { return r.m.Data }
 // DoubleAck acks and waits for the server to confirm it.
 func (r rawMsg) DoubleAck(ctx context.Context) error {
 	_, err := r.nc.RequestWithContext(ctx, r.m.Reply, []byte("+ACK"))
+	return err
+}
+
+// termConfirmed is TermWithReason, waiting for the server to confirm it
+// (it answers a Term sent as a request once it counted it acked).
+func termConfirmed(ctx context.Context, msg record, reason string) error {
+	r, ok := msg.(rawMsg)
+	if !ok {
+		return msg.TermWithReason(reason)
+	}
+	_, err := r.nc.RequestWithContext(ctx, r.m.Reply, []byte("+TERM "+reason))
 	return err
 }
 

@@ -60,6 +60,19 @@ type slot struct {
 	inFlight, retrying bool
 	attempt            int
 
+	// With key concurrency (keys.go), the window as its worker last showed
+	// it: keyed while one runs, the deliveries in flight (running), the
+	// oldest unsettled offset (-1 when none) and its record (heldRec, for
+	// the stuck watchdog). inFlight, retrying and attempt then describe
+	// that oldest record.
+	keyed   bool
+	running int
+	oldest  int64
+	heldRec *engine.Record
+	// keyKept is the window a stopping worker left to the partition's
+	// next local worker (keys.go).
+	keyKept *keyState
+
 	// Redrive (redrive.go): redriveGen counts the reasons to look at the
 	// partition's redrive consumer (a Redrive, a wake-up, a new worker);
 	// redriveSeen is the count when a worker last found it empty.
@@ -81,7 +94,7 @@ type slot struct {
 }
 
 func newSlot(p int) *slot {
-	return &slot{p: p, revoked: make(chan struct{}), changed: make(chan struct{})}
+	return &slot{p: p, oldest: -1, revoked: make(chan struct{}), changed: make(chan struct{})}
 }
 
 // signal wakes whoever waits on the slot. s.mu must be held.
@@ -209,14 +222,14 @@ func (s *slot) keep(msg record, epoch uint64) {
 	s.mu.Unlock()
 }
 
-// takePending removes and returns the record kept for the next local
-// worker, if any.
-func (s *slot) takePending() (record, uint64) {
+// takeKept removes and returns what a stopping worker kept for the next
+// local worker, if anything: a record, or a window (keys.go).
+func (s *slot) takeKept() (record, uint64, *keyState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	msg, epoch := s.pending, s.pendingEpoch
-	s.pending = nil
-	return msg, epoch
+	msg, epoch, st := s.pending, s.pendingEpoch, s.keyKept
+	s.pending, s.keyKept = nil, nil
+	return msg, epoch, st
 }
 
 // settled moves next past d's record.

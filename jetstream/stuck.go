@@ -46,6 +46,9 @@ func (p stuckProbe) Progress() iter.Seq2[stuckKey, kit.Progress] {
 func (p stuckProbe) Describe(k stuckKey, e *engine.Event) {
 	k.s.mu.Lock()
 	e.Consumer, e.Offset = k.s.consumer, k.s.offset
+	if k.s.keyed && k.s.heldRec != nil { // the record holding the window: its key
+		e.Record = k.s.heldRec
+	}
 	k.s.mu.Unlock()
 	e.Topic, e.Group, e.Partition = k.g.t.name, k.g.name, k.s.p
 }

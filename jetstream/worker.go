@@ -73,6 +73,10 @@ func (w *worker) run() {
 		newBatchRun(w).run()
 		return
 	}
+	if w.g.spec.KeyConcurrency > 1 {
+		newKeyRun(w).run()
+		return
+	}
 	s := w.s
 	// One record in flight: a batch consumer that served the partition
 	// before may have raised MaxAckPending (batch.go).
@@ -198,10 +202,18 @@ func (p *pull) collect() (record, error) {
 	return p.p.next(p.abort, p.wait+time.Second)
 }
 
+// pullerRoom is the answers a puller buffers (newPuller), beyond a key
+// window's pulls.
+const pullerRoom = 64
+
 // puller returns the partition's puller, making it on first use.
 func (w *worker) puller() (*puller, error) {
 	return w.s.pullerFor(false, func() (*puller, error) {
-		return newPuller(w.g.e.js, w.g.e.names.stream(w.g.t.name, w.s.p), w.g.e.names.consumer(w.g.name, w.s.p))
+		room := pullerRoom
+		if n := w.g.spec.KeyConcurrency; n > 1 {
+			room += engine.KeyWindowSize(n) // a pull asks for up to the window's size (keys.go)
+		}
+		return newPuller(w.g.e.js, w.g.e.names.stream(w.g.t.name, w.s.p), w.g.e.names.consumer(w.g.name, w.s.p), room)
 	})
 }
 
@@ -209,7 +221,7 @@ func (w *worker) puller() (*puller, error) {
 // use.
 func (w *worker) redrivePuller() (*puller, error) {
 	return w.s.pullerFor(true, func() (*puller, error) {
-		return newPuller(w.g.e.js, w.g.e.names.redriveStream(w.g.t.name, w.g.name), w.g.e.names.redriveConsumer(w.s.p))
+		return newPuller(w.g.e.js, w.g.e.names.redriveStream(w.g.t.name, w.g.name), w.g.e.names.redriveConsumer(w.s.p), pullerRoom)
 	})
 }
 

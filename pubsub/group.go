@@ -209,7 +209,7 @@ const MaxKeyConcurrency = 256
 //     from the committed offset.
 //
 // An engine that cannot run a partition's deliveries concurrently refuses
-// n > 1 with ErrInvalid (the in-memory engine can).
+// n > 1 with ErrInvalid (the in-memory and JetStream engines can).
 func WithKeyConcurrency(n int) SubscribeOption {
 	return subscribeOptionFunc(func(c *subscribeConfig) {
 		switch {

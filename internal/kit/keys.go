@@ -24,6 +24,11 @@ import (
 //     failed attempt that will be retried (Fail) leaves it unsettled, its
 //     key held, until a later attempt settles it; a record given back
 //     (GiveBack) may start again;
+//   - a record the engine knows of but does not hold (AddAbsent: another
+//     process read it, and the server delivers it again in its own time)
+//     holds its key like any unsettled record, and starts only once it
+//     came (Arrive); one settled elsewhere, or passed over, settles
+//     without starting (Pass);
 //   - the committed offset (Committed) is the lowest unsettled offset, or
 //     the end when everything read has settled: it reaches it, and never
 //     passes an unsettled record;
@@ -50,11 +55,14 @@ type KeyWindow struct {
 
 // keySlot is one record of the window.
 type keySlot struct {
-	state slotState
-	keyed bool
-	hash  uint64 // the key's hash, when keyed
-	// next is the next unsettled record of the same key (-1 when none):
-	// it waits until this one settles.
+	state  slotState
+	keyed  bool
+	absent bool   // added by AddAbsent, not yet come (Arrive)
+	hash   uint64 // the key's hash, when keyed
+	// next is the next record of the same key added after this one (-1
+	// when none): it waits until this one settles. A record passed while
+	// it waited (Pass) stays in the chain, settled, until the records
+	// before it settle.
 	next int64
 }
 
@@ -66,6 +74,7 @@ const (
 	slotReady                     // may start (in ready)
 	slotRunning                   // in flight
 	slotRetrying                  // its attempt failed; it waits to be retried (Retry), its key held
+	slotAbsent                    // its turn came, but it has not come (AddAbsent, Arrive)
 	slotSettled                   // acked or dead-lettered
 )
 
@@ -112,7 +121,17 @@ func (w *KeyWindow) Unsettled() int { return w.unsettled }
 // Add tells the window of the record at End, whose encoded key is key
 // (keyless: nil, a key of its own). It panics when there is no Room: the
 // caller reads no more than Room records.
-func (w *KeyWindow) Add(key []byte, keyless bool) {
+func (w *KeyWindow) Add(key []byte, keyless bool) { w.add(key, keyless, false) }
+
+// AddAbsent is Add for a record the engine knows of but does not hold: a
+// distributed engine taking over a partition from another process, whose
+// server delivers the records that process had not settled again in its
+// own time. The record holds its key like any unsettled one (the records
+// of its key behind it wait), and does not start until Arrive says it
+// came; Pass settles it when it was settled elsewhere.
+func (w *KeyWindow) AddAbsent(key []byte, keyless bool) { w.add(key, keyless, true) }
+
+func (w *KeyWindow) add(key []byte, keyless, absent bool) {
 	if w.Room() <= 0 {
 		panic("kit: KeyWindow.Add without room")
 	}
@@ -120,7 +139,7 @@ func (w *KeyWindow) Add(key []byte, keyless bool) {
 	w.end++
 	w.unsettled++
 	s := w.slot(off)
-	*s = keySlot{state: slotReady, next: -1}
+	*s = keySlot{state: slotReady, absent: absent, next: -1}
 	if !keyless {
 		s.keyed, s.hash = true, maphash.Bytes(w.seed, key)
 		// Two keys with equal hashes are treated as one: their records
@@ -133,8 +152,19 @@ func (w *KeyWindow) Add(key []byte, keyless bool) {
 		w.tails[s.hash] = off
 	}
 	if s.state == slotReady {
-		w.ready.push(off)
+		w.turn(s, off)
 	}
+}
+
+// turn makes s, at offset, the record its key is at: it may start, or
+// once it came when it is absent.
+func (w *KeyWindow) turn(s *keySlot, offset int64) {
+	if s.absent {
+		s.state = slotAbsent
+		return
+	}
+	s.state = slotReady
+	w.ready.push(offset)
 }
 
 // Next returns a record that may start now and marks it in flight: the
@@ -157,20 +187,69 @@ func (w *KeyWindow) Next() (offset int64, ok bool) {
 func (w *KeyWindow) Settle(offset int64) {
 	s := w.inFlightSlot(offset, "Settle")
 	w.running--
+	w.settle(s, offset)
+}
+
+// settle settles s, at offset, the record its key is at: the next
+// unsettled record of its key takes its turn, and the committed offset
+// moves past every settled record at its head.
+func (w *KeyWindow) settle(s *keySlot, offset int64) {
 	w.unsettled--
 	s.state = slotSettled
 	if s.keyed {
-		if w.tails[s.hash] == offset {
-			delete(w.tails, s.hash)
+		last, next := offset, s.next
+		for next >= 0 && w.slot(next).state == slotSettled { // passed while they waited
+			last, next = next, w.slot(next).next
 		}
-		if s.next >= 0 {
-			w.slot(s.next).state = slotReady
-			w.ready.push(s.next)
+		if next >= 0 {
+			w.turn(w.slot(next), next)
+		} else if w.tails[s.hash] == last {
+			delete(w.tails, s.hash)
 		}
 	}
 	for w.base < w.end && w.slot(w.base).state == slotSettled {
 		*w.slot(w.base) = keySlot{}
 		w.base++
+	}
+}
+
+// Arrive tells the window that offset, added by AddAbsent, came: it may
+// start once every earlier record of its key settled.
+func (w *KeyWindow) Arrive(offset int64) {
+	s := w.slot(offset)
+	if offset < w.base || offset >= w.end || !s.absent || s.state == slotSettled {
+		panic(fmt.Sprintf("kit: KeyWindow.Arrive(%d): not an absent record of [%d, %d)", offset, w.base, w.end))
+	}
+	s.absent = false
+	if s.state == slotAbsent {
+		w.turn(s, offset)
+	}
+}
+
+// Pass settles offset without an attempt of this window's: it was
+// settled elsewhere (the process that had it before acked it), or it is
+// passed over (retention took it). It must not be in flight; a record
+// already settled, or below Committed, is left as it is. A record of a
+// key whose earlier records have not settled stays behind them, settled:
+// the next record of its key waits for them still.
+func (w *KeyWindow) Pass(offset int64) {
+	if offset < w.base {
+		return
+	}
+	s := w.slot(offset)
+	if offset >= w.end || s.state == slotRunning {
+		panic(fmt.Sprintf("kit: KeyWindow.Pass(%d): not a record of [%d, %d) out of flight", offset, w.base, w.end))
+	}
+	switch s.state {
+	case slotSettled:
+	case slotWaiting:
+		w.unsettled--
+		s.state = slotSettled // the chain walks past it when the records before it settle
+	case slotReady:
+		w.ready.remove(offset)
+		w.settle(s, offset)
+	default: // retrying, absent
+		w.settle(s, offset)
 	}
 }
 
@@ -215,6 +294,26 @@ func (w *KeyWindow) Running(offset int64) bool {
 	return offset >= w.base && offset < w.end && w.slot(offset).state == slotRunning
 }
 
+// Absent reports whether offset was added by AddAbsent, is unsettled and
+// has not come.
+func (w *KeyWindow) Absent(offset int64) bool {
+	if offset < w.base || offset >= w.end {
+		return false
+	}
+	s := w.slot(offset)
+	return s.absent && s.state != slotSettled
+}
+
+// Settled reports whether offset, below End, has settled: below
+// Committed, or settled after it.
+func (w *KeyWindow) Settled(offset int64) bool {
+	return offset < w.base || offset < w.end && w.slot(offset).state == slotSettled
+}
+
+// Ready is how many records may start as soon as fewer than n are in
+// flight: Next returns them, lowest first.
+func (w *KeyWindow) Ready() int { return len(w.ready) }
+
 func (w *KeyWindow) slot(offset int64) *keySlot { return &w.slots[offset%int64(len(w.slots))] }
 
 // inFlightSlot returns offset's slot, which must be in flight.
@@ -243,12 +342,40 @@ func (h *offsetHeap) push(o int64) {
 }
 
 func (h *offsetHeap) pop() int64 {
+	top := (*h)[0]
+	h.removeAt(0)
+	return top
+}
+
+// remove takes o out of the heap: a linear search, for the rare record
+// passed while it was ready.
+func (h *offsetHeap) remove(o int64) {
+	for i, x := range *h {
+		if x == o {
+			h.removeAt(i)
+			return
+		}
+	}
+}
+
+func (h *offsetHeap) removeAt(i int) {
 	s := *h
-	top := s[0]
 	last := len(s) - 1
-	s[0] = s[last]
+	s[i] = s[last]
 	s = s[:last]
-	for i := 0; ; {
+	*h = s
+	if i == last {
+		return
+	}
+	for j := i; j > 0; { // up, when the moved offset is below its parent
+		p := (j - 1) / 2
+		if s[p] <= s[j] {
+			break
+		}
+		s[p], s[j] = s[j], s[p]
+		j = p
+	}
+	for {
 		l, r, m := 2*i+1, 2*i+2, i
 		if l < len(s) && s[l] < s[m] {
 			m = l
@@ -262,6 +389,4 @@ func (h *offsetHeap) pop() int64 {
 		s[i], s[m] = s[m], s[i]
 		i = m
 	}
-	*h = s
-	return top
 }

@@ -20,8 +20,9 @@ type keyModel struct {
 }
 
 type modelRec struct {
-	key   int // -1: keyless
-	state slotState
+	key    int // -1: keyless
+	state  slotState
+	absent bool // added absent, not yet come
 }
 
 func (m *keyModel) end() int64 { return m.first + int64(len(m.recs)) }
@@ -50,7 +51,7 @@ func (m *keyModel) count(s slotState) int {
 // earlier record of its key has settled.
 func (m *keyModel) startable(i int) bool {
 	r := m.recs[i]
-	if r.state != slotReady {
+	if r.state != slotReady || r.absent {
 		return false
 	}
 	if r.key < 0 {
@@ -116,6 +117,48 @@ func (k *keyMachine) AddMany(t *rapid.T) {
 		k.w.Add(fmt.Appendf(nil, "key-%d", key), key < 0)
 		k.m.recs = append(k.m.recs, modelRec{key: key, state: slotReady})
 	}
+}
+
+// AddAbsent adds a record the window knows of and does not hold.
+func (k *keyMachine) AddAbsent(t *rapid.T) {
+	if k.w.Room() == 0 {
+		t.Skip("the window is full")
+	}
+	key := rapid.IntRange(-1, 4).Draw(t, "key")
+	k.w.AddAbsent(fmt.Appendf(nil, "key-%d", key), key < 0)
+	k.m.recs = append(k.m.recs, modelRec{key: key, state: slotReady, absent: true})
+}
+
+func (k *keyMachine) Arrive(t *rapid.T) {
+	var offs []int64
+	for i, r := range k.m.recs {
+		if r.absent && r.state != slotSettled {
+			offs = append(offs, k.m.first+int64(i))
+		}
+	}
+	if len(offs) == 0 {
+		t.Skip("no absent record")
+	}
+	o := rapid.SampledFrom(offs).Draw(t, "arrive")
+	k.w.Arrive(o)
+	k.m.recs[o-k.m.first].absent = false
+}
+
+// Pass settles a record out of flight, in whatever state: waiting for its
+// key, ready, retrying, absent, or settled already.
+func (k *keyMachine) Pass(t *rapid.T) {
+	var offs []int64
+	for i, r := range k.m.recs {
+		if r.state != slotRunning {
+			offs = append(offs, k.m.first+int64(i))
+		}
+	}
+	if len(offs) == 0 {
+		t.Skip("no record out of flight")
+	}
+	o := rapid.SampledFrom(offs).Draw(t, "pass")
+	k.w.Pass(o)
+	k.m.recs[o-k.m.first].state = slotSettled
 }
 
 func (k *keyMachine) Next(t *rapid.T) {
@@ -188,11 +231,22 @@ func (k *keyMachine) Check(t *rapid.T) {
 	if got, want := k.w.Unsettled(), len(m.recs)-m.count(slotSettled); got != want {
 		t.Fatalf("Unsettled: got %d, want %d", got, want)
 	}
+	ready := 0
+	for i := range m.recs {
+		if m.startable(i) {
+			ready++
+		}
+	}
+	if got := k.w.Ready(); got != ready {
+		t.Fatalf("Ready: got %d, want %d", got, ready)
+	}
 	var keys []int
 	for i, r := range m.recs {
 		o := m.first + int64(i)
-		if k.w.Running(o) != (r.state == slotRunning) || k.w.Retrying(o) != (r.state == slotRetrying) {
-			t.Fatalf("offset %d: Running %v, Retrying %v; the model has it %d", o, k.w.Running(o), k.w.Retrying(o), r.state)
+		if k.w.Running(o) != (r.state == slotRunning) || k.w.Retrying(o) != (r.state == slotRetrying) ||
+			k.w.Settled(o) != (r.state == slotSettled) || k.w.Absent(o) != (r.absent && r.state != slotSettled) {
+			t.Fatalf("offset %d: Running %v, Retrying %v, Settled %v, Absent %v; the model has it %d, absent %v",
+				o, k.w.Running(o), k.w.Retrying(o), k.w.Settled(o), k.w.Absent(o), r.state, r.absent)
 		}
 		if r.state != slotRunning || r.key < 0 {
 			continue
@@ -266,5 +320,39 @@ func TestKeyWindowAllocatesNothingPerRecord(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("a record costs %v allocations, want 0", allocs)
+	}
+}
+
+// A window taking over from another process knows the records it had
+// read and not settled only as absent: a record of their key waits for
+// them, whether one comes (Arrive) and is settled here, or the other
+// process had settled it (Pass); other keys run at once.
+func TestKeyWindowHoldsAKeyBehindItsAbsentRecords(t *testing.T) {
+	w := NewKeyWindow(4, 0)
+	w.AddAbsent([]byte("a"), false) // 0: the other process had it in flight
+	w.AddAbsent([]byte("b"), false) // 1: the other process acked it
+	w.Add([]byte("a"), false)       // 2
+	w.Add([]byte("b"), false)       // 3
+	w.Add([]byte("c"), false)       // 4
+	if o, ok := w.Next(); !ok || o != 4 {
+		t.Fatalf("Next: %d, %v; want 4, the only key no absent record holds", o, ok)
+	}
+	if _, ok := w.Next(); ok {
+		t.Fatal("a record behind an absent one of its key started")
+	}
+	w.Pass(1)
+	if o, ok := w.Next(); !ok || o != 3 {
+		t.Fatalf("Next once 1 passed: %d, %v; want 3", o, ok)
+	}
+	w.Arrive(0)
+	if o, ok := w.Next(); !ok || o != 0 {
+		t.Fatalf("Next once 0 came: %d, %v; want 0", o, ok)
+	}
+	if _, ok := w.Next(); ok {
+		t.Fatal("2 started while 0, of its key, runs")
+	}
+	w.Settle(0)
+	if o, ok := w.Next(); !ok || o != 2 || w.Committed() != 2 {
+		t.Fatalf("Next once 0 settled: %d, %v, Committed %d; want 2, and 2", o, ok, w.Committed())
 	}
 }

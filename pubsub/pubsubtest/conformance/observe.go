@@ -78,10 +78,13 @@ func observeCases() []confCase {
 			if s.Partial || !p.InFlight || p.Attempt != 1 || p.Lag != 1 || p.Oldest.IsZero() || p.LagAge != s.Taken.Sub(p.Oldest) || p.LagAge < 0 {
 				c.Errorf("partition %+v (taken %v), want in flight at attempt 1, lag 1, an Oldest and LagAge = Taken − Oldest", p, s.Taken)
 			}
+			if p.Running != 1 || p.OldestUnsettled != 0 {
+				c.Errorf("partition %+v, want 1 running and the oldest unsettled offset 0", p)
+			}
 			close(release)
 			c.drain(b)
-			if p := b.Snapshot().Topics[0].Groups[0].Partitions[0]; p.InFlight || p.Lag != 0 || !p.Oldest.IsZero() {
-				c.Errorf("after Drain: %+v, want idle with no lag", p)
+			if p := b.Snapshot().Topics[0].Groups[0].Partitions[0]; p.InFlight || p.Lag != 0 || !p.Oldest.IsZero() || p.Running != 0 || p.OldestUnsettled != -1 {
+				c.Errorf("after Drain: %+v, want idle with no lag, none running, no unsettled offset (-1)", p)
 			}
 		}},
 		{name: "publish and delivery hooks see every record, and headers a publish hook adds reach the handler", run: func(c *conf) {
