@@ -283,6 +283,10 @@ func (b *batchRun) fetch(n int, topUp bool) ([]held, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The answers must fit in the puller's buffer, with a status or two
+	// (newPuller): a puller a per-record member of the group made first
+	// buffers fewer than a batch, and then batches are that much smaller.
+	n = max(1, min(n, cap(p.in)-len(p.in)-pullerRoom/2))
 	if err := p.pullN(n, w.g.e.cfg.pollWait, true); err != nil {
 		return nil, err
 	}

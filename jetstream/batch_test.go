@@ -228,3 +228,49 @@ func (r *batchRecorder) values() []string {
 	}
 	return out
 }
+
+// A batch consumer's pull for a whole batch (1024 records) is answered in
+// a burst: every record must reach the worker, none dropped by the client
+// for want of buffer (a slow consumer), which would bring it again only
+// after AckWait, with Attempt 2.
+func TestBatchPullsLoseNoRecord(t *testing.T) {
+	const size, total = 1024, 3000
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := brokerOn(t, testServer.Engine(testOptions(WithAckWait(20*time.Second))...))
+	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithRetention(pubsub.Retention{MaxMessages: 1 << 16}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := make([]pubsub.Entry[string, string], total)
+	for i := range entries {
+		entries[i] = pubsub.Entry[string, string]{Key: "k", Value: fmt.Sprint("v", i)}
+	}
+	if _, err := topic.PublishBatch(ctx, entries); err != nil { // before the group reads: its first pull asks for a whole batch
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var handled, again int
+	g, err := topic.SubscribeBatch("billing", "b1", pubsub.BatchHandlerFunc[string](func(_ context.Context, msgs []pubsub.Message[string]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range msgs {
+			handled++
+			if m.Attempt != 1 {
+				again++
+			}
+		}
+		return nil
+	}), pubsub.WithBatchSize(size), pubsub.StartAt(pubsub.Earliest()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if handled != total || again != 0 || g.Committed(0) != total {
+		t.Errorf("%d handled, %d of them again, committed %d; want %d handled once each, all committed", handled, again, g.Committed(0), total)
+	}
+}

@@ -213,6 +213,7 @@ func (w *worker) puller() (*puller, error) {
 		if n := w.g.spec.KeyConcurrency; n > 1 {
 			room += engine.KeyWindowSize(n) // a pull asks for up to the window's size (keys.go)
 		}
+		room += w.m.batch.MaxSize // a batch consumer's pull asks for up to a batch (batch.go); 0 for others
 		return newPuller(w.g.e.js, w.g.e.names.stream(w.g.t.name, w.s.p), w.g.e.names.consumer(w.g.name, w.s.p), room)
 	})
 }
