@@ -108,7 +108,7 @@
 // unsettled, with the same Attempt. WithBatchWait tops a batch up by
 // further pulls.
 //
-// Key concurrency (pubsub.WithKeyConcurrency with n above 1) is exact but
+// Key concurrency (pubsub.WithKeyConcurrency with n above 1) is exact except
 // after a crash. The server lets the partition's consumer hold as many
 // unacknowledged records as the group's window (max(64, 16n) records, the
 // bound pubsub.WithKeyConcurrency states; not n, since a record waiting
