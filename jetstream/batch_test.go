@@ -237,18 +237,7 @@ func TestBatchPullsLoseNoRecord(t *testing.T) {
 	const size, total = 1024, 3000
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b := brokerOn(t, testServer.Engine(testOptions(WithAckWait(20*time.Second))...))
-	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithRetention(pubsub.Retention{MaxMessages: 1 << 16}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries := make([]pubsub.Entry[string, string], total)
-	for i := range entries {
-		entries[i] = pubsub.Entry[string, string]{Key: "k", Value: fmt.Sprint("v", i)}
-	}
-	if _, err := topic.PublishBatch(ctx, entries); err != nil { // before the group reads: its first pull asks for a whole batch
-		t.Fatal(err)
-	}
+	b, topic := backlog(ctx, t, total, func(int) string { return "k" })
 	var mu sync.Mutex
 	var handled, again int
 	g, err := topic.SubscribeBatch("billing", "b1", pubsub.BatchHandlerFunc[string](func(_ context.Context, msgs []pubsub.Message[string]) error {

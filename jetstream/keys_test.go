@@ -332,18 +332,7 @@ func TestKeyWindowPullsLoseNoRecord(t *testing.T) {
 	const n, total = 16, 3000
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b := brokerOn(t, testServer.Engine(testOptions(WithAckWait(20*time.Second))...))
-	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithRetention(pubsub.Retention{MaxMessages: 1 << 16}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries := make([]pubsub.Entry[string, string], total)
-	for i := range entries {
-		entries[i] = pubsub.Entry[string, string]{Key: fmt.Sprint("k", i%64), Value: fmt.Sprint("v", i)}
-	}
-	if _, err := topic.PublishBatch(ctx, entries); err != nil { // before the group reads: its first pulls fill the window at once
-		t.Fatal(err)
-	}
+	b, topic := backlog(ctx, t, total, func(i int) string { return fmt.Sprint("k", i%64) })
 	rec := newKeyRecorder()
 	g, err := topic.Subscribe("billing", "b1", rec, pubsub.WithKeyConcurrency(n), pubsub.StartAt(pubsub.Earliest()))
 	if err != nil {
@@ -510,4 +499,25 @@ func TestKeyConcurrencyCountsSkips(t *testing.T) {
 	if st := g.Stats(); st.Skipped != 6 || st.Delivered != 5 {
 		t.Errorf("stats %+v: want 6 skipped (retention kept the last 4 of 10 while paused), 5 delivered", st)
 	}
+}
+
+// backlog opens a broker whose server gives up on an unacked record only
+// after 20 s (so a record that comes again sooner was not lost) and a
+// topic holding total records, record i keyed key(i), published before any
+// group reads: a group's first pulls are answered at once, in a burst.
+func backlog(ctx context.Context, t *testing.T, total int, key func(i int) string) (*pubsub.Broker, *pubsub.Topic[string, string]) {
+	t.Helper()
+	b := brokerOn(t, testServer.Engine(testOptions(WithAckWait(20*time.Second))...))
+	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithRetention(pubsub.Retention{MaxMessages: 1 << 16}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := make([]pubsub.Entry[string, string], total)
+	for i := range entries {
+		entries[i] = pubsub.Entry[string, string]{Key: key(i), Value: fmt.Sprint("v", i)}
+	}
+	if _, err := topic.PublishBatch(ctx, entries); err != nil {
+		t.Fatal(err)
+	}
+	return b, topic
 }
