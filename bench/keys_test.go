@@ -32,9 +32,15 @@ const (
 
 var cpuPayload = make([]byte, 16<<10)
 
-func (w keyWork) do() {
+// do does the work, or for I/O waits on a timer until ctx ends.
+func (w keyWork) do(ctx context.Context) {
 	if w == workIO {
-		time.Sleep(time.Millisecond)
+		t := time.NewTimer(time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
 		return
 	}
 	sha256.Sum256(cpuPayload)
@@ -69,8 +75,8 @@ func benchKeys(b *testing.B, work keyWork, n int, pool bool) {
 		b.Fatal(err)
 	}
 	var handled sync.WaitGroup
-	var h pubsub.HandlerFunc[[]byte] = func(_ context.Context, _ pubsub.Message[[]byte]) error {
-		work.do()
+	var h pubsub.HandlerFunc[[]byte] = func(ctx context.Context, _ pubsub.Message[[]byte]) error {
+		work.do(ctx)
 		handled.Done()
 		return nil
 	}
@@ -118,7 +124,7 @@ func handPool(b *testing.B, work keyWork, n int, handled *sync.WaitGroup) pubsub
 		lanes[i] = make(chan struct{}, 64)
 		done.Go(func() { // exits when its lane is closed, at cleanup
 			for range lanes[i] {
-				work.do()
+				work.do(context.Background()) // the pool's lanes outlive the handler's ctx
 				handled.Done()
 			}
 		})

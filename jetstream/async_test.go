@@ -105,13 +105,15 @@ func checkAsyncOutcomes(t *testing.T, recs []issued, stored [][]string) (ok, fai
 	return ok, failed, unknown
 }
 
-// A server stopped with records in flight, and started again within the
-// engine's bound: every Pending resolves, every record is stored once, in
-// the order it was issued, where its Pending says.
-func TestPublishAsyncAcrossAServerRestart(t *testing.T) {
+// eventsOnRestartable opens a topic "events" of two partitions keeping
+// every record, on a broker of its own whose engine has the request
+// timeout given and stores on file, connected by nc to a server that can
+// be stopped and started again.
+func eventsOnRestartable(t *testing.T, timeout time.Duration) (*restartable, *nats.Conn, *eng, *pubsub.Topic[string, string]) {
+	t.Helper()
 	srv := newRestartable(t)
 	nc := srv.connect(t)
-	js, err := Connect(nc, fileOptions(WithRequestTimeout(3*time.Second))...)
+	js, err := Connect(nc, fileOptions(WithRequestTimeout(timeout))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,23 +122,28 @@ func TestPublishAsyncAcrossAServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv, nc, e, topic
+}
+
+// A server stopped with records in flight, and started again within the
+// engine's bound: every Pending resolves, every record is stored once, in
+// the order it was issued, where its Pending says.
+func TestPublishAsyncAcrossAServerRestart(t *testing.T) {
+	srv, nc, e, topic := eventsOnRestartable(t, 3*time.Second)
 	ctx := t.Context()
 	const n = 3000
 	var recs []issued
 	for i := range n {
 		if i == n/3 {
-			srv.stop()
-			go func() { // exits once the server runs again
-				time.Sleep(300 * time.Millisecond) // the outage: publishing goes on meanwhile
-				srv.start()
-			}()
+			srv.stopSeen(t, nc) // the outage: two thirds of the records are issued during it
 		}
 		v := fmt.Sprintf("r%04d", i)
 		recs = append(recs, issued{v, topic.PublishAsync(ctx, fmt.Sprint("k", i%8), v)})
 	}
+	srv.start()
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err = topic.Flush(fctx)
+	err := topic.Flush(fctx)
 	if err != nil && errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Flush: %v", err)
 	}
@@ -152,17 +159,7 @@ func TestPublishAsyncAcrossAServerRestart(t *testing.T) {
 // stored (ErrAborted behind the first failure) or unknown, and what each
 // says stored is stored once, in order.
 func TestPublishAsyncWhenTheServerStaysDown(t *testing.T) {
-	srv := newRestartable(t)
-	nc := srv.connect(t)
-	js, err := Connect(nc, fileOptions(WithRequestTimeout(500*time.Millisecond))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, e := brokerWithEngine(t, js)
-	topic, err := pubsub.NewTopic(b, "events", codec.String(), codec.String(), pubsub.WithPartitions(2), keepAll)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, _, e, topic := eventsOnRestartable(t, 500*time.Millisecond)
 	ctx := t.Context()
 	const n = 2000
 	var recs []issued
@@ -180,7 +177,7 @@ func TestPublishAsyncWhenTheServerStaysDown(t *testing.T) {
 	began := time.Now()
 	fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	err = topic.Flush(fctx)
+	err := topic.Flush(fctx)
 	took := time.Since(began)
 	if errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, pubsub.ErrUnavailable) {
 		t.Fatalf("Flush after %v: %v; want the records resolved, failed wrapping ErrUnavailable", took, err)

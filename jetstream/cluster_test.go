@@ -229,22 +229,18 @@ func (c *testCluster) waitReady(replicas int) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	ready := poll(60*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := js.CreateStream(ctx, natsjs.StreamConfig{Name: "READY", Subjects: []string{"ready"},
+		defer cancel()
+		_, err = js.CreateStream(ctx, natsjs.StreamConfig{Name: "READY", Subjects: []string{"ready"},
 			Replicas: replicas, Storage: natsjs.MemoryStorage})
 		if err == nil {
 			err = js.DeleteStream(ctx, "READY")
 		}
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("the cluster of %d is not ready after 60s: %v", len(c.nodes), err)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the server: its readiness is not an event we can wait on
+		return err == nil
+	})
+	if !ready {
+		c.t.Fatalf("the cluster of %d is not ready after 60s: %v", len(c.nodes), err)
 	}
 }
 
@@ -305,9 +301,9 @@ type asset struct{ stream, consumer string }
 // not an event the client can wait on.
 func waitLeaders(t testing.TB, js natsjs.JetStream, assets []asset) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		missing := ""
+	missing := ""
+	led := poll(30*time.Second, func() bool {
+		missing = ""
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		if _, err := js.AccountInfo(ctx); err != nil {
 			missing = fmt.Sprintf("the meta group: %v", err)
@@ -334,12 +330,9 @@ func waitLeaders(t testing.TB, js natsjs.JetStream, assets []asset) {
 				break
 			}
 		}
-		if missing == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no leader after 30s: %s", missing)
-		}
-		time.Sleep(50 * time.Millisecond) // polling: see above
+		return missing == ""
+	})
+	if !led {
+		t.Fatalf("no leader after 30s: %s", missing)
 	}
 }

@@ -356,17 +356,13 @@ func TestClusterNodeLoss(t *testing.T) {
 	// up to the servers' election.
 	const bound = 30 * time.Second
 	var pubResumed, conResumed time.Duration
-	for {
-		var okp, okc bool
+	var okp, okc bool
+	if !poll(bound, func() bool {
 		pubResumed, okp = since(prod.firstAckAfter(parts, killed), killed)
 		conResumed, okc = since(firstHandledFrom(ds.all(), ends), killed)
-		if okp && okc {
-			break
-		}
-		if time.Since(killed) > bound {
-			t.Fatalf("%v after the kill: publishing resumed on every partition: %t, consuming: %t", bound, okp, okc)
-		}
-		time.Sleep(20 * time.Millisecond) // polling: see above
+		return okp && okc
+	}) {
+		t.Fatalf("%v after the kill: publishing resumed on every partition: %t, consuming: %t", bound, okp, okc)
 	}
 	t.Logf("after the kill every partition took a publish again within %v and handled a record published after it within %v",
 		pubResumed.Round(10*time.Millisecond), conResumed.Round(10*time.Millisecond))
@@ -498,32 +494,28 @@ func TestClusterServerRestartThenMemberCrash(t *testing.T) {
 	// The members are back once both heartbeat again (their keys written
 	// since the restart), each broker follows the membership, and both
 	// agree on the deal. Polled: reconnecting is the client's.
-	for {
+	back := poll(30*time.Second, func() bool {
 		ok := true
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
 		kv, err := js.KeyValue(ctx, n.bucket())
 		for _, name := range []string{"m1", "m2"} {
 			if err != nil {
-				ok = false
-				break
+				return false
 			}
 			e, err := kv.Get(ctx, n.memberKey("orders", "billing", name))
 			ok = ok && err == nil && e.Created().After(restarted)
 		}
-		cancel()
 		for _, m := range []member{m1, m2} {
 			snap := m.b.Snapshot()
 			ok = ok && len(snap.Topics) == 1 && len(snap.Topics[0].Groups) == 1 && snap.Topics[0].Groups[0].MembershipErr == nil
 			asg := m.g.Assignment()
 			ok = ok && len(asg["m1"]) == 2 && len(asg["m2"]) == 2
 		}
-		if ok {
-			break
-		}
-		if time.Since(restarted) > 30*time.Second {
-			t.Fatalf("30s after the restart: m1 sees %v, m2 sees %v", m1.g.Assignment(), m2.g.Assignment())
-		}
-		time.Sleep(20 * time.Millisecond) // polling: see above
+		return ok
+	})
+	if !back {
+		t.Fatalf("30s after the restart: m1 sees %v, m2 sees %v", m1.g.Assignment(), m2.g.Assignment())
 	}
 	t.Logf("both members back %v after the server restarted", time.Since(restarted).Round(10*time.Millisecond))
 

@@ -148,19 +148,21 @@ func TestKeyWindowBoundsWhatTheServerDelivers(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.await(ctx, t, "the window's records but the slow one acked", func() bool { return rec.acked == size-1 })
-	// The scenario: real time passes under the server with the window
-	// full, several polls, in which it must deliver nothing more.
-	time.Sleep(4 * 50 * time.Millisecond)
+	// What the server says settles it without waiting for more to come:
+	// it delivered the window's size, the rest waits, and no pull of the
+	// worker's is open to take it (the worker asks for no more than the
+	// window has room for, none while offset 0 is unsettled).
+	info := consumerOf(t, opts, "orders", "billing", 0)
+	if info.Config.MaxAckPending != size || info.Delivered.Stream != uint64(size) || info.AckFloor.Stream != 0 ||
+		info.NumPending != uint64(total-size) || info.NumWaiting != 0 {
+		t.Errorf("consumer: MaxAckPending %d, delivered up to %d, ack floor %d, %d waiting, %d pulls open; want %d, %d, 0, %d, 0",
+			info.Config.MaxAckPending, info.Delivered.Stream, info.AckFloor.Stream, info.NumPending, info.NumWaiting, size, size, total-size)
+	}
 	rec.mu.Lock()
 	if last := slices.Max(rec.offsets); last != int64(size-1) || rec.acked != size-1 {
 		t.Errorf("with offset 0 unsettled: offsets up to %d began and %d were acked, want up to %d and %d", last, rec.acked, size-1, size-1)
 	}
 	rec.mu.Unlock()
-	info := consumerOf(t, opts, "orders", "billing", 0)
-	if info.Config.MaxAckPending != size || info.Delivered.Stream != uint64(size) || info.AckFloor.Stream != 0 {
-		t.Errorf("consumer: MaxAckPending %d, delivered up to %d, ack floor %d; want %d, %d, 0",
-			info.Config.MaxAckPending, info.Delivered.Stream, info.AckFloor.Stream, size, size)
-	}
 	if p := b.Snapshot().Topics[0].Groups[0].Partitions[0]; p.OldestUnsettled != 0 || p.Running != 1 || p.Committed != 0 {
 		t.Errorf("snapshot %+v: want offset 0 the oldest unsettled, 1 running, committed 0", p)
 	}

@@ -93,6 +93,37 @@ func (c *calls) of(v string) int {
 	return c.n[v]
 }
 
+// badThenNext subscribes consumer c1 of group g to topic (with opts),
+// its handler failing the record "bad" with badErr and acking the rest,
+// publishes "bad" then "next", drains, and checks each was handled once:
+// the bad one given up on at once, the next one delivered behind it.
+func badThenNext(ctx context.Context, t *testing.T, b *pubsub.Broker, topic *pubsub.Topic[string, string], badErr error, opts ...pubsub.SubscribeOption) *pubsub.Group[string] {
+	t.Helper()
+	var seen calls
+	g, err := topic.Subscribe("g", "c1", pubsub.HandlerFunc[string](func(_ context.Context, m pubsub.Message[string]) error {
+		seen.add(m.Value)
+		if m.Value == "bad" {
+			return badErr
+		}
+		return nil
+	}), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"bad", "next"} {
+		if _, err := topic.Publish(ctx, "k", v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if seen.of("bad") != 1 || seen.of("next") != 1 {
+		t.Errorf("handled bad %d times and next %d times, want once each", seen.of("bad"), seen.of("next"))
+	}
+	return g
+}
+
 // TestDeadLetterOfAValueNearMaxPayloadIsStoredWithoutIt: a record whose
 // value is 300 bytes under the server's max_payload fits, but its dead
 // letter (the record and about 400 bytes of headers) does not. It is
@@ -184,30 +215,9 @@ func TestDeadLetterErrorTextIsCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	long := "é" + strings.Repeat("why? ", 20<<10) // 100 KiB and a bit, not ASCII at the start
-	var seen calls
-	g, err := topic.Subscribe("g", "c1", pubsub.HandlerFunc[string](func(_ context.Context, m pubsub.Message[string]) error {
-		seen.add(m.Value)
-		if m.Value == "bad" {
-			return fmt.Errorf("%s: %w", long, pubsub.ErrPermanent)
-		}
-		return nil
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for _, v := range []string{"bad", "next"} {
-		if _, err := topic.Publish(ctx, "k", v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := b.Drain(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if seen.of("bad") != 1 || seen.of("next") != 1 {
-		t.Errorf("handled bad %d times and next %d times, want once each", seen.of("bad"), seen.of("next"))
-	}
+	g := badThenNext(ctx, t, b, topic, fmt.Errorf("%s: %w", long, pubsub.ErrPermanent))
 	dl := g.DeadLetters()
 	if len(dl) != 1 || !strings.HasPrefix(dl[0].Err.Error(), long) || dl[0].Truncated {
 		t.Fatalf("this broker's dead letters: %d, want one with the whole error, not truncated", len(dl))
@@ -261,30 +271,9 @@ func TestDeadLetterTheServerRefusesIsDroppedAndReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seen calls
-	g, err := topic.Subscribe("g", "c1", pubsub.HandlerFunc[string](func(_ context.Context, m pubsub.Message[string]) error {
-		seen.add(m.Value)
-		if m.Value == "bad" {
-			return fmt.Errorf("%s: %w", strings.Repeat("e", 8<<10), pubsub.ErrPermanent)
-		}
-		return nil
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for _, v := range []string{"bad", "next"} {
-		if _, err := topic.Publish(ctx, "k", v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := b.Drain(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if seen.of("bad") != 1 || seen.of("next") != 1 {
-		t.Errorf("handled bad %d times and next %d times, want once each", seen.of("bad"), seen.of("next"))
-	}
+	g := badThenNext(ctx, t, b, topic, fmt.Errorf("%s: %w", strings.Repeat("e", 8<<10), pubsub.ErrPermanent))
 	if st := g.Stats(); st.DeadLettered != 1 || st.DeadLettersEvicted != 1 || st.Retried != 0 {
 		t.Errorf("stats %+v, want 1 dead-lettered and evicted, 0 retried", st)
 	}
@@ -453,30 +442,9 @@ func TestNoDeadLettersKeepsNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seen calls
-	g, err := topic.Subscribe("g", "c1", pubsub.HandlerFunc[string](func(_ context.Context, m pubsub.Message[string]) error {
-		seen.add(m.Value)
-		if m.Value == "bad" {
-			return pubsub.ErrPermanent
-		}
-		return nil
-	}), pubsub.WithDeadLetterLimit(0))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for _, v := range []string{"bad", "next"} {
-		if _, err := topic.Publish(ctx, "k", v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := b.Drain(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if seen.of("bad") != 1 || seen.of("next") != 1 {
-		t.Errorf("handled bad %d times and next %d times, want once each", seen.of("bad"), seen.of("next"))
-	}
+	g := badThenNext(ctx, t, b, topic, pubsub.ErrPermanent, pubsub.WithDeadLetterLimit(0))
 	if st := g.Stats(); st.DeadLettered != 1 || st.DeadLettersEvicted != 1 {
 		t.Errorf("stats %+v, want 1 dead-lettered and evicted", st)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/logbus/logbus/codec"
 	"github.com/logbus/logbus/engine"
 	"github.com/logbus/logbus/pubsub"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // capturing is an engine opener that keeps the engine it opened, for the
@@ -54,8 +55,7 @@ func (m *membershipEvents) OnMembership(e pubsub.MembershipEvent) {
 // server's TTLs, so there is nothing to wait on but the assignment.
 func waitOwners(t *testing.T, want map[string][]int, groups ...*pubsub.Group[string]) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	owned := poll(20*time.Second, func() bool {
 		ok := true
 		for _, g := range groups {
 			got := g.Assignment()
@@ -69,18 +69,20 @@ func waitOwners(t *testing.T, want map[string][]int, groups ...*pubsub.Group[str
 				ok = ok && slices.Equal(got[m], ps)
 			}
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			var got []string
-			for _, g := range groups {
-				got = append(got, fmt.Sprint(g.Assignment()))
-			}
-			t.Fatalf("assignments %v after 20s, want %v", got, want)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the assignment: see above
+		return ok
+	})
+	if !owned {
+		t.Fatalf("assignments %v after 20s, want %v", assignments(groups), want)
 	}
+}
+
+// assignments are the groups' assignments, as they read now.
+func assignments(groups []*pubsub.Group[string]) []string {
+	var got []string
+	for _, g := range groups {
+		got = append(got, fmt.Sprint(g.Assignment()))
+	}
+	return got
 }
 
 // waitSpread polls until every group reports the members sharing the
@@ -88,8 +90,7 @@ func waitOwners(t *testing.T, want map[string][]int, groups ...*pubsub.Group[str
 // the test after 20s.
 func waitSpread(t *testing.T, parts int, members []string, groups ...*pubsub.Group[string]) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	spread := poll(20*time.Second, func() bool {
 		ok := true
 		for _, g := range groups {
 			got := g.Assignment()
@@ -103,21 +104,39 @@ func waitSpread(t *testing.T, parts int, members []string, groups ...*pubsub.Gro
 				}
 			}
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			var got []string
-			for _, g := range groups {
-				got = append(got, fmt.Sprint(g.Assignment()))
-			}
-			t.Fatalf("assignments %v after 20s, want %v sharing %d partitions evenly", got, members, parts)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the assignment: see waitOwners
+		return ok
+	})
+	if !spread {
+		t.Fatalf("assignments %v after 20s, want %v sharing %d partitions evenly", assignments(groups), members, parts)
 	}
 }
 
 func ignore(context.Context, pubsub.Message[string]) error { return nil }
+
+// twoMembers subscribes member "a" of group "billing" on broker a and
+// member "b" on b, to topic "orders" of four partitions, and waits until
+// they share the partitions, a owning 0 and 1.
+func twoMembers(t *testing.T, a, b *pubsub.Broker) (ga, gb *pubsub.Group[string]) {
+	t.Helper()
+	ga, gb = joinOrders(t, a, "a"), joinOrders(t, b, "b")
+	waitOwners(t, map[string][]int{"a": {0, 1}, "b": {2, 3}}, ga, gb)
+	return ga, gb
+}
+
+// joinOrders subscribes member to group "billing" of topic "orders" (four
+// partitions) on b, with a handler that acks.
+func joinOrders(t *testing.T, b *pubsub.Broker, member string) *pubsub.Group[string] {
+	t.Helper()
+	topic, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := topic.Subscribe("billing", member, pubsub.HandlerFunc[string](ignore))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
 
 // A broker whose group loop is stuck (here: its reconcile held; in the
 // field, a request to a server in trouble taking the 5s request timeout,
@@ -130,28 +149,32 @@ func TestHeartbeatsDoNotWaitForTheLoop(t *testing.T) {
 	ca := &capturing{Engine: testServer.Engine(opts...)}
 	rb := &rebalances{}
 	a, b := brokerOn(t, ca), brokerOn(t, testServer.Engine(opts...), pubsub.WithHooks(rb))
-	ta, err := pubsub.NewTopic(a, "orders", codec.String(), codec.String(), pubsub.WithPartitions(4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tb, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ga, err := ta.Subscribe("billing", "a", pubsub.HandlerFunc[string](ignore))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gb, err := tb.Subscribe("billing", "b", pubsub.HandlerFunc[string](ignore))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitOwners(t, map[string][]int{"a": {0, 1}, "b": {2, 3}}, ga, gb)
+	ga, gb := twoMembers(t, a, b)
 
 	g := ca.got.groups[groupKey{"orders", "billing"}]
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	beats, err := g.e.kv.Watch(ctx, g.e.names.memberKey("orders", "billing", "a"), natsjs.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = beats.Stop() }()
 	before := rb.n.Load()
 	g.members.recMu.Lock()
-	time.Sleep(3 * time.Second) // the scenario: three member TTLs pass while a's loop is stuck
+	// The scenario: three member TTLs pass while a's loop is stuck, told
+	// by a's own heartbeats (three to a TTL): ten of them span nine
+	// intervals.
+	for n := 0; n < 10; {
+		select {
+		case e := <-beats.Updates():
+			if e != nil {
+				n++
+			}
+		case <-ctx.Done():
+			g.members.recMu.Unlock()
+			t.Fatalf("a's member key was refreshed %d times while its loop was stuck, want 10: its heartbeats wait for the loop", n)
+		}
+	}
 	g.members.recMu.Unlock()
 	if n := rb.n.Load() - before; n != 0 {
 		t.Errorf("b saw %d rebalances while a's loop was stuck, want none: a's heartbeats stopped with its loop", n)
@@ -201,23 +224,7 @@ func TestMembershipSurvivesLostBuckets(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := brokerOn(t, eb)
-	ta, err := pubsub.NewTopic(a, "orders", codec.String(), codec.String(), pubsub.WithPartitions(4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tb, err := pubsub.NewTopic(b, "orders", codec.String(), codec.String(), pubsub.WithPartitions(4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ga, err := ta.Subscribe("billing", "a", pubsub.HandlerFunc[string](ignore))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gb, err := tb.Subscribe("billing", "b", pubsub.HandlerFunc[string](ignore))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitOwners(t, map[string][]int{"a": {0, 1}, "b": {2, 3}}, ga, gb)
+	ga, _ := twoMembers(t, a, b)
 
 	// The server loses both buckets.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -229,9 +236,9 @@ func TestMembershipSurvivesLostBuckets(t *testing.T) {
 		}
 	}
 	// Both come back, with both members in them.
-	deadline := time.Now().Add(20 * time.Second)
-	var sawErr error
-	for {
+	var sawErr, lerr, derr error
+	var got []string
+	repaired := poll(20*time.Second, func() bool {
 		snap := a.Snapshot()
 		if g := snap.Topics[0].Groups[0]; g.MembershipErr != nil {
 			sawErr = g.MembershipErr
@@ -240,20 +247,17 @@ func TestMembershipSurvivesLostBuckets(t *testing.T) {
 			}
 		}
 		keys, err := e.kv.ListKeys(ctx)
-		var got []string
+		lerr, got = err, nil
 		if err == nil {
 			for k := range keys.Keys() {
 				got = append(got, k)
 			}
 		}
-		_, derr := e.deals.Get(ctx, e.names.memberPrefix("orders", "billing")+"deal")
-		if len(got) == 2 && derr == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 20s the membership bucket holds %v (%v), the deal: %v", got, err, derr)
-		}
-		time.Sleep(20 * time.Millisecond) // polling the server: the brokers' repair runs on their ticks
+		_, derr = e.deals.Get(ctx, e.names.memberPrefix("orders", "billing")+"deal")
+		return len(got) == 2 && derr == nil
+	})
+	if !repaired { // polled: the brokers' repair runs on their ticks
+		t.Fatalf("after 20s the membership bucket holds %v (%v), the deal: %v", got, lerr, derr)
 	}
 	t.Logf("the snapshot showed %v", sawErr)
 	if out := logs.String(); !strings.Contains(out, "cannot follow the group's membership") ||

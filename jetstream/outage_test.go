@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,6 +70,20 @@ func (r *restartable) stop() {
 	}
 }
 
+// stopSeen stops the server and returns once nc saw it go (it is
+// disconnected, or reconnecting).
+func (r *restartable) stopSeen(t testing.TB, nc *nats.Conn) {
+	t.Helper()
+	seen := nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING)
+	defer nc.RemoveStatusListener(seen)
+	r.stop()
+	select {
+	case <-seen:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client did not see the server stop within 10s")
+	}
+}
+
 // connect opens a connection that reconnects quickly and forever, closed
 // at cleanup (after the brokers registered later are closed).
 func (r *restartable) connect(t testing.TB) *nats.Conn {
@@ -115,18 +130,34 @@ func fileOptions(extra ...Option) []Option {
 	return testOptions(append([]Option{WithStorage(FileStorage)}, extra...)...)
 }
 
-// waitFor calls cond every 20ms until it holds, for at most bound: the
-// scenario is real time passing under a real server (a reconnect).
+// waitFor polls cond until it holds, and fails the test if it does not
+// within bound; it returns how long it took.
 func waitFor(t *testing.T, what string, bound time.Duration, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for !cond() {
-		if time.Since(start) > bound {
-			t.Fatalf("%s: not within %v", what, bound)
-		}
-		time.Sleep(20 * time.Millisecond) // polling what the test waits for: a real server's reconnect
+	if !poll(bound, cond) {
+		t.Fatalf("%s: not within %v", what, bound)
 	}
 	return time.Since(start)
+}
+
+// poll calls cond every 20ms until it holds, for at most bound, and
+// reports whether it held. It is the barrier for what a real server does
+// in its own time and tells no one: a reconnect, an election, a member's
+// key expiring, an assignment another broker reads at its next tick.
+func poll(bound time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(bound)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			return cond()
+		case <-tick.C:
+		}
+	}
+	return true
 }
 
 // TestAnOutageIsReportedAndReadsKeepTheirLastValues stops the server
@@ -278,16 +309,31 @@ func TestAPublishAcrossAServerRestartIsStoredOnce(t *testing.T) {
 	var slowest time.Duration
 	halfway := make(chan struct{})
 	var once sync.Once
+	// The outage lasts until every publisher with records left is inside
+	// a Publish: calling counts them, and moved tells the test when.
+	var calling, unfinished atomic.Int32
+	unfinished.Store(publishers)
+	moved := make(chan struct{}, 1)
+	nudge := func() {
+		select {
+		case moved <- struct{}{}:
+		default:
+		}
+	}
 	var wg sync.WaitGroup
 	for w := range publishers {
 		wg.Go(func() {
+			defer func() { unfinished.Add(-1); nudge() }()
 			for i := range each {
 				v := fmt.Sprintf("p%d-%d", w, i)
 				o := &outcome{}
 				for {
 					pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
 					start := time.Now()
+					calling.Add(1)
+					nudge()
 					pos, err := topic.Publish(pctx, fmt.Sprint("k", i%8), v)
+					calling.Add(-1)
 					took := time.Since(start)
 					pcancel()
 					mu.Lock()
@@ -322,8 +368,14 @@ func TestAPublishAcrossAServerRestartIsStoredOnce(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the publishers did not get a third of the way")
 	}
-	srv.stop()
-	time.Sleep(300 * time.Millisecond) // the outage: publishes go on meanwhile
+	srv.stopSeen(t, nc)
+	for calling.Load() < unfinished.Load() { // the outage: every publisher is caught in it
+		select {
+		case <-moved:
+		case <-ctx.Done():
+			t.Fatalf("%d of %d publishers inside a Publish during the outage", calling.Load(), unfinished.Load())
+		}
+	}
 	srv.start()
 	wg.Wait()
 
@@ -331,25 +383,11 @@ func TestAPublishAcrossAServerRestartIsStoredOnce(t *testing.T) {
 	stored := map[string]int{}
 	at := map[pubsub.Position]string{}
 	total := 0
-	jsc, err := natsjs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := names{prefix: encodeName(e.cfg.prefix)}
-	for p := range 2 {
-		s, err := jsc.Stream(ctx, n.stream("events", p))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for seq := uint64(1); seq <= s.CachedInfo().State.LastSeq; seq++ {
-			m, err := s.GetMsg(ctx, seq)
-			if err != nil {
-				t.Fatalf("partition %d sequence %d: %v", p, seq, err)
-			}
-			v := string(m.Data)
+	for p, vs := range storedValues(t, nc, e, "events", 2) {
+		for off, v := range vs {
 			stored[v]++
 			total++
-			at[pubsub.Position{Partition: p, Offset: int64(seq) - 1}] = v
+			at[pubsub.Position{Partition: p, Offset: int64(off)}] = v
 		}
 	}
 	unknown, notStored := 0, 0
